@@ -1,0 +1,13 @@
+// Package snapshot builds a node's ConfigSnapshot from a set of resources.
+//
+// Build is a pure, deterministic function: no Kubernetes client, no clock, no
+// randomness, no map iteration order. The controller feeds it from informers
+// and the standalone agent from YAML files, so both produce the same snapshot
+// from the same resources. The cluster-wide part of the result is
+// byte-identical on every node; only the node part differs.
+//
+// Build never panics on bad input and never gives up on the whole set: a
+// resource with an error is left out (with the resources that depend on it)
+// and reported as a diagnostic naming the resource, the field and the
+// problem; everything else is served.
+package snapshot

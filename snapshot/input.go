@@ -1,0 +1,97 @@
+package snapshot
+
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/novaedge/novaedge/api/v1alpha1"
+	"github.com/novaedge/novaedge/diag"
+)
+
+// Input is every resource a snapshot is built from. The controller fills it
+// from informers; the standalone agent and novaedgectl from YAML files. The
+// order of each slice does not matter: Build sorts.
+type Input struct {
+	VIPs     []v1alpha1.ProxyVIP
+	Pools    []v1alpha1.ProxyIPPool
+	Gateways []v1alpha1.ProxyGateway
+	Routes   []v1alpha1.ProxyRoute
+	Backends []v1alpha1.ProxyBackend
+	Policies []v1alpha1.ProxyPolicy
+
+	// Core objects referenced by NovaEdge resources.
+	Secrets        []corev1.Secret
+	Services       []corev1.Service
+	EndpointSlices []discoveryv1.EndpointSlice
+	Nodes          []corev1.Node
+
+	// Ingress and Gateway API objects. They are translated into ProxyGateway,
+	// ProxyRoute and ProxyBackend by Translators before the build.
+	Ingresses   []networkingv1.Ingress
+	APIGateways []gatewayv1.Gateway
+	HTTPRoutes  []gatewayv1.HTTPRoute
+
+	// Decisions are the controller's choices; nil in standalone mode, where
+	// Build decides for the local node alone.
+	Decisions *Decisions
+}
+
+// Decisions are made once, by the leader controller, and shipped to every
+// node, so nodes never disagree.
+type Decisions struct {
+	// Addresses maps a ProxyVIP name to the addresses IPAM allocated for it.
+	// A VIP with poolRef and no entry has no address yet and is left out.
+	Addresses map[string][]netip.Addr
+	// Assignments maps a ProxyVIP name to the nodes serving it.
+	Assignments map[string]Assignment
+	// EndpointHealth maps "address:port" (netip.AddrPort string) of an
+	// endpoint to the verdict of active probes. Endpoints without an entry
+	// are judged by their EndpointSlice conditions alone.
+	EndpointHealth map[string]bool
+}
+
+// Assignment is who serves one VIP.
+type Assignment struct {
+	// Active answers for the address (L2ARP, Local).
+	Active string
+	// Standbys take over in order (L2ARP).
+	Standbys []string
+	// Announcing nodes advertise routes (BGP, OSPF).
+	Announcing []string
+}
+
+// Node identifies the node a snapshot is built for.
+type Node struct {
+	// Name of the node (the Kubernetes node name, or the host name).
+	Name string
+	// Labels matched against ProxyVIP nodeSelectors in standalone mode.
+	Labels map[string]string
+}
+
+// Options control a build.
+type Options struct {
+	// Node the snapshot is for.
+	Node Node
+	// Version stamped into the snapshot.
+	Version uint64
+	// ClusterComplete says Input holds every Secret, Service and
+	// EndpointSlice that exists (the controller's informer caches). When
+	// false (files), a reference to a missing Secret or Service is a warning:
+	// it may exist in the cluster the files are meant for.
+	ClusterComplete bool
+	// Translators turn Ingress and Gateway API objects into NovaEdge kinds.
+	// Nil means DefaultTranslators.
+	Translators []Translator
+}
+
+// Translator turns foreign objects of Input (Ingress, Gateway API) into
+// NovaEdge kinds appended to Input, reporting problems in diags. It must be
+// deterministic and must not modify the objects it reads.
+type Translator interface {
+	Name() string
+	Translate(in *Input, diags *diag.List)
+}
