@@ -28,6 +28,9 @@ type Input struct {
 	Services       []corev1.Service
 	EndpointSlices []discoveryv1.EndpointSlice
 	Nodes          []corev1.Node
+	// Namespaces, for listeners whose allowedRoutes select namespaces by
+	// label.
+	Namespaces []corev1.Namespace
 
 	// Ingress and Gateway API objects. They are translated into ProxyGateway,
 	// ProxyRoute and ProxyBackend by Translators before the build.

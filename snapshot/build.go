@@ -1,0 +1,239 @@
+package snapshot
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaedge/novaedge/api/v1alpha1"
+	"github.com/novaedge/novaedge/diag"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+)
+
+// DefaultSystemNamespace is where Secrets referenced without a namespace from
+// cluster-scoped resources (ProxyVIP) are looked up.
+const DefaultSystemNamespace = "novaedge-system"
+
+// Build turns in into the snapshot for opts.Node. It never fails as a whole:
+// resources with errors are left out and reported in the returned list (also
+// copied into the snapshot's diagnostics). Build does not modify in.
+func Build(in *Input, opts Options) (*pb.ConfigSnapshot, diag.List) {
+	b := newBuilder(in, opts)
+	b.translate()
+	b.indexCore()
+	b.buildPools()
+	b.buildVIPs()
+	b.buildPolicies()
+	b.buildBackends()
+	b.buildGateways()
+	b.buildRoutes()
+	b.buildPlan()
+	b.buildNode()
+	return b.assemble()
+}
+
+// builder carries one build. Its maps are only looked up by key, never
+// iterated, so output order never depends on map order.
+type builder struct {
+	in    *Input
+	opts  Options
+	diags diag.List
+
+	secrets  map[string]*secretEntry // "ns/name"
+	services map[string]*serviceEntry
+
+	pools       []*poolEntry
+	poolsByName map[string]*poolEntry
+	vips        []*vipEntry
+	vipsByName  map[string]*vipEntry
+	policies    map[string]*pb.Policy
+	backends    map[string]*pb.Backend
+	certs       map[string]*pb.Certificate
+	gateways    []*gatewayEntry
+	listeners   []*listenerEntry
+	routes      []*pb.Route
+	plan        []*pb.PlanEntry
+	node        *pb.NodeConfig
+}
+
+func newBuilder(in *Input, opts Options) *builder {
+	if in == nil {
+		in = &Input{}
+	}
+	// Translators append to the input; work on a shallow copy so the
+	// caller's slices are never modified.
+	cp := *in
+	cp.Gateways = slices.Clone(in.Gateways)
+	cp.Routes = slices.Clone(in.Routes)
+	cp.Backends = slices.Clone(in.Backends)
+	return &builder{
+		in:          &cp,
+		opts:        opts,
+		secrets:     map[string]*secretEntry{},
+		services:    map[string]*serviceEntry{},
+		poolsByName: map[string]*poolEntry{},
+		vipsByName:  map[string]*vipEntry{},
+		policies:    map[string]*pb.Policy{},
+		backends:    map[string]*pb.Backend{},
+		certs:       map[string]*pb.Certificate{},
+	}
+}
+
+func (b *builder) errorf(r diag.Ref, field, format string, args ...any) {
+	b.diags.Errorf(r, field, format, args...)
+}
+
+func (b *builder) warnf(r diag.Ref, field, format string, args ...any) {
+	b.diags.Warnf(r, field, format, args...)
+}
+
+// missingf reports a reference to a Secret or Service that is not in the
+// input: an error when the input is the whole cluster, a warning for files,
+// which may be meant for a cluster that has it.
+func (b *builder) missingf(r diag.Ref, field, format string, args ...any) {
+	if b.opts.ClusterComplete {
+		b.errorf(r, field, format, args...)
+		return
+	}
+	b.warnf(r, field, format+" (not in the given files; it must exist in the cluster)", args...)
+}
+
+func ref(kind, ns, name string) diag.Ref { return diag.Ref{Kind: kind, Namespace: ns, Name: name} }
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// orDefault returns ns, or def when ns is empty.
+func orDefault(ns, def string) string { return cmp.Or(ns, def) }
+
+func (b *builder) systemNamespace() string { return DefaultSystemNamespace }
+
+// sortByName sorts objects by namespace then name, so every later step
+// visits them in the same order whatever order they arrived in.
+func sortByName[T any](s []T, nsName func(*T) (string, string)) []*T {
+	out := make([]*T, len(s))
+	for i := range s {
+		out[i] = &s[i]
+	}
+	slices.SortStableFunc(out, func(a, c *T) int {
+		an, aa := nsName(a)
+		cn, cc := nsName(c)
+		return cmp.Or(cmp.Compare(an, cn), cmp.Compare(aa, cc))
+	})
+	return out
+}
+
+func (b *builder) assemble() (*pb.ConfigSnapshot, diag.List) {
+	cluster := &pb.ClusterConfig{Routes: b.routes, Plan: b.plan}
+	for _, v := range b.vips {
+		if v.accepted {
+			cluster.Vips = append(cluster.Vips, v.pb)
+		}
+	}
+	for _, l := range b.listeners {
+		cluster.Listeners = append(cluster.Listeners, l.pb)
+	}
+	cluster.Backends = sortedValues(b.backends, func(x *pb.Backend) string { return x.Name })
+	cluster.Policies = sortedValues(b.policies, func(x *pb.Policy) string { return x.Name })
+	cluster.Certificates = sortedValues(b.certs, func(x *pb.Certificate) string { return x.Name })
+	slices.SortFunc(cluster.Listeners, func(a, c *pb.Listener) int { return cmp.Compare(a.Name, c.Name) })
+	slices.SortFunc(cluster.Routes, func(a, c *pb.Route) int { return cmp.Compare(a.Name, c.Name) })
+
+	b.diags = dedupe(b.diags)
+	b.diags.Sort()
+	s := &pb.ConfigSnapshot{
+		Version: b.opts.Version,
+		Cluster: cluster,
+		Node:    b.node,
+	}
+	s.ContentHash = ContentHash(s)
+	for _, d := range b.diags {
+		s.Diagnostics = append(s.Diagnostics, DiagnosticToProto(d))
+	}
+	return s, b.diags
+}
+
+func sortedValues[T any](m map[string]T, name func(T) string) []T {
+	out := make([]T, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, c T) int { return cmp.Compare(name(a), name(c)) })
+	return out
+}
+
+func dedupe(l diag.List) diag.List {
+	seen := map[string]bool{}
+	out := l[:0]
+	for _, d := range l {
+		k := d.String()
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// ClusterBytes is the deterministic encoding of the cluster-wide part of s:
+// equal on every node built from the same resources.
+func ClusterBytes(s *pb.ConfigSnapshot) []byte {
+	out, err := deterministic.Marshal(s.GetCluster())
+	if err != nil {
+		// Marshalling a well-formed message cannot fail; a failure is a bug.
+		panic(fmt.Sprintf("marshal cluster config: %v", err))
+	}
+	return out
+}
+
+// ContentHash is the hex SHA-256 over the deterministic encodings of the
+// cluster and node parts of s (version and diagnostics excluded).
+func ContentHash(s *pb.ConfigSnapshot) string {
+	h := sha256.New()
+	h.Write(ClusterBytes(s))
+	node, err := deterministic.Marshal(s.GetNode())
+	if err != nil {
+		panic(fmt.Sprintf("marshal node config: %v", err))
+	}
+	h.Write(node)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// DiagnosticToProto converts a diagnostic for the wire.
+func DiagnosticToProto(d diag.Diagnostic) *pb.Diagnostic {
+	sev := pb.Severity_SEVERITY_ERROR
+	if d.Severity == diag.Warning {
+		sev = pb.Severity_SEVERITY_WARNING
+	}
+	return &pb.Diagnostic{
+		Severity: sev, Kind: d.Resource.Kind, Namespace: d.Resource.Namespace, Name: d.Resource.Name,
+		Field: d.Field, Message: d.Message, File: d.Pos.File, Line: uint32(max(d.Pos.Line, 0)),
+	}
+}
+
+// DiagnosticFromProto converts a wire diagnostic back.
+func DiagnosticFromProto(p *pb.Diagnostic) diag.Diagnostic {
+	sev := diag.Error
+	if p.GetSeverity() == pb.Severity_SEVERITY_WARNING {
+		sev = diag.Warning
+	}
+	return diag.Diagnostic{
+		Severity: sev, Resource: ref(p.GetKind(), p.GetNamespace(), p.GetName()),
+		Field: p.GetField(), Message: p.GetMessage(), Pos: diag.Position{File: p.GetFile(), Line: int(p.GetLine())},
+	}
+}
+
+// kinds, for diagnostics.
+const (
+	kVIP     = v1alpha1.KindProxyVIP
+	kPool    = v1alpha1.KindProxyIPPool
+	kGateway = v1alpha1.KindProxyGateway
+	kRoute   = v1alpha1.KindProxyRoute
+	kBackend = v1alpha1.KindProxyBackend
+	kPolicy  = v1alpha1.KindProxyPolicy
+)
