@@ -16,10 +16,16 @@ import (
 // Range is an inclusive range of addresses of one family.
 type Range struct {
 	First, Last netip.Addr
+	// Text is the form the range was parsed from, for messages.
+	Text string
 }
 
-// String returns "first-last", or the single address.
+// String returns the text the range was parsed from, else "first-last" or
+// the single address.
 func (r Range) String() string {
+	if r.Text != "" {
+		return r.Text
+	}
 	if r.First == r.Last {
 		return r.First.String()
 	}
@@ -52,7 +58,7 @@ func ParseCIDR(s string) (Range, error) {
 		return Range{}, fmt.Errorf("invalid CIDR %q: host bits set (did you mean %s?)", s, p.Masked())
 	}
 	p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
-	return Range{First: p.Addr(), Last: lastAddr(p)}, nil
+	return Range{First: p.Addr(), Last: lastAddr(p), Text: s}, nil
 }
 
 // ParseAddress parses a single address ("10.0.0.1", "10.0.0.1/32",
@@ -71,13 +77,13 @@ func ParseAddress(s string) (Range, error) {
 		if b.Less(a) {
 			return Range{}, fmt.Errorf("invalid range %q: end before start", s)
 		}
-		return Range{First: a, Last: b}, nil
+		return Range{First: a, Last: b, Text: s}, nil
 	}
 	a, err := ParseHost(s)
 	if err != nil {
 		return Range{}, err
 	}
-	return Range{First: a, Last: a}, nil
+	return Range{First: a, Last: a, Text: s}, nil
 }
 
 // ParseHost parses an address with an optional full-length prefix

@@ -12,9 +12,10 @@ func TestParse(t *testing.T) {
 		cidr    bool
 		want    string
 		wantErr bool
+		norm    bool // compare the normalised form, not the text
 	}{
-		{name: "cidr", in: "10.200.0.0/24", cidr: true, want: "10.200.0.0-10.200.0.255"},
-		{name: "cidr v6", in: "2001:db8::/126", cidr: true, want: "2001:db8::-2001:db8::3"},
+		{name: "cidr", in: "10.200.0.0/24", cidr: true, want: "10.200.0.0-10.200.0.255", norm: true},
+		{name: "cidr v6", in: "2001:db8::/126", cidr: true, want: "2001:db8::-2001:db8::3", norm: true},
 		{name: "cidr host bits", in: "10.200.0.1/24", cidr: true, wantErr: true},
 		{name: "cidr garbage", in: "10.300.0.0/24", cidr: true, wantErr: true},
 		{name: "host /32", in: "10.200.1.10/32", want: "10.200.1.10"},
@@ -35,6 +36,9 @@ func TestParse(t *testing.T) {
 			}
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if tc.norm {
+				r.Text = ""
 			}
 			if err == nil && r.String() != tc.want {
 				t.Errorf("got %s, want %s", r, tc.want)

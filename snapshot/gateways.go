@@ -80,23 +80,27 @@ func (b *builder) buildGateways() {
 	for _, g := range gws {
 		ns := orDefault(g.Namespace, "default")
 		e := &gatewayEntry{obj: g, ns: ns, ref: ref(kGateway, ns, g.Name)}
+		// A gateway that cannot be served is still checked to the end, so
+		// one run reports every problem it has.
+		serve := true
 		if g.Spec.VIPRef != "" {
 			v := b.vipsByName[g.Spec.VIPRef]
-			if v == nil {
-				if slices.ContainsFunc(b.vips, func(x *vipEntry) bool { return x.obj.Name == g.Spec.VIPRef }) {
-					b.errorf(e.ref, "spec.vipRef", "ProxyVIP %q is not usable (see its errors); gateway not served", g.Spec.VIPRef)
-				} else {
-					b.errorf(e.ref, "spec.vipRef", "ProxyVIP %q not found; gateway not served", g.Spec.VIPRef)
-				}
-				continue
+			switch {
+			case v != nil:
+				e.vip = v
+			case slices.ContainsFunc(b.vips, func(x *vipEntry) bool { return x.obj.Name == g.Spec.VIPRef }):
+				b.errorf(e.ref, "spec.vipRef", "ProxyVIP %q is not usable (see its errors); gateway not served", g.Spec.VIPRef)
+				serve = false
+			default:
+				b.errorf(e.ref, "spec.vipRef", "ProxyVIP %q not found; gateway not served", g.Spec.VIPRef)
+				serve = false
 			}
-			e.vip = v
 		}
 		policies, ok := b.resolvePolicies(e.ref, "spec.policyRefs", ns, g.Spec.PolicyRefs)
 		if !ok {
 			// Serving without a policy the user asked for (auth, IP filter)
 			// would open what they meant to close: fail closed.
-			continue
+			serve = false
 		}
 		var comp *pb.Compression
 		if c := g.Spec.Compression; c != nil && c.Enabled {
@@ -122,7 +126,7 @@ func (b *builder) buildGateways() {
 			}
 			seen[ls.Name] = i
 			l := b.buildListener(e, ls, field, policies, comp)
-			if l == nil {
+			if l == nil || !serve {
 				continue
 			}
 			if !b.claimBinds(binds, l) {
@@ -131,7 +135,9 @@ func (b *builder) buildGateways() {
 			e.listeners = append(e.listeners, l)
 			b.listeners = append(b.listeners, l)
 		}
-		b.gateways = append(b.gateways, e)
+		if serve {
+			b.gateways = append(b.gateways, e)
+		}
 	}
 }
 

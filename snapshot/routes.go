@@ -149,7 +149,18 @@ func (b *builder) attachments(rt *v1alpha1.ProxyRoute, r diag.Ref, ns string) []
 			}
 		}
 		if len(out) == 0 {
-			b.warnf(r, "spec.parentRefs", "attaches to no listener: no gateway in namespace %s has an HTTP, HTTPS or HTTP3 listener accepting its hostnames", ns)
+			var unserved []string
+			for _, g := range b.in.Gateways {
+				if orDefault(g.Namespace, "default") == ns && !slices.ContainsFunc(b.gateways, func(x *gatewayEntry) bool { return x.obj.Name == g.Name && x.ns == ns }) {
+					unserved = append(unserved, key(ns, g.Name))
+				}
+			}
+			slices.Sort(unserved)
+			if len(unserved) > 0 {
+				b.warnf(r, "spec.parentRefs", "attaches to no listener: the gateways of namespace %s that could take it are not served (%s: see their errors)", ns, strings.Join(unserved, ", "))
+			} else {
+				b.warnf(r, "spec.parentRefs", "attaches to no listener: no gateway in namespace %s has an HTTP, HTTPS or HTTP3 listener accepting its hostnames", ns)
+			}
 		}
 		return out
 	}

@@ -1,0 +1,246 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/novaedge/novaedge/api/v1alpha1"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// readInput decodes a multi-document YAML file into an Input, strictly.
+// (The loader package does this for users, with schema validation and
+// positions; the builder's tests stay independent of it.)
+func readInput(t testing.TB, path string) *Input {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &Input{}
+	for i, doc := range strings.Split(string(data), "\n---") {
+		var tm struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+			t.Fatalf("%s: document %d: %v", path, i, err)
+		}
+		var dst any
+		switch tm.Kind {
+		case "":
+			continue
+		case "ProxyVIP":
+			in.VIPs = append(in.VIPs, v1alpha1.ProxyVIP{})
+			dst = &in.VIPs[len(in.VIPs)-1]
+		case "ProxyIPPool":
+			in.Pools = append(in.Pools, v1alpha1.ProxyIPPool{})
+			dst = &in.Pools[len(in.Pools)-1]
+		case "ProxyGateway":
+			in.Gateways = append(in.Gateways, v1alpha1.ProxyGateway{})
+			dst = &in.Gateways[len(in.Gateways)-1]
+		case "ProxyRoute":
+			in.Routes = append(in.Routes, v1alpha1.ProxyRoute{})
+			dst = &in.Routes[len(in.Routes)-1]
+		case "ProxyBackend":
+			in.Backends = append(in.Backends, v1alpha1.ProxyBackend{})
+			dst = &in.Backends[len(in.Backends)-1]
+		case "ProxyPolicy":
+			in.Policies = append(in.Policies, v1alpha1.ProxyPolicy{})
+			dst = &in.Policies[len(in.Policies)-1]
+		case "Secret":
+			in.Secrets = append(in.Secrets, corev1.Secret{})
+			dst = &in.Secrets[len(in.Secrets)-1]
+		case "Service":
+			in.Services = append(in.Services, corev1.Service{})
+			dst = &in.Services[len(in.Services)-1]
+		case "EndpointSlice":
+			in.EndpointSlices = append(in.EndpointSlices, discoveryv1.EndpointSlice{})
+			dst = &in.EndpointSlices[len(in.EndpointSlices)-1]
+		default:
+			t.Fatalf("%s: document %d: unexpected kind %q", path, i, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), dst); err != nil {
+			t.Fatalf("%s: document %d (%s): %v", path, i, tm.Kind, err)
+		}
+	}
+	return in
+}
+
+// render is the golden form of a build: diagnostics, then the snapshot as
+// indented JSON (re-indented, since protojson's spacing is deliberately
+// unstable).
+func render(t testing.TB, s *pb.ConfigSnapshot, diags []string) []byte {
+	t.Helper()
+	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	delete(v, "diagnostics") // rendered as lines above
+	pretty, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.WriteString("# diagnostics\n")
+	for _, d := range diags {
+		b.WriteString(d + "\n")
+	}
+	b.WriteString("# snapshot\n")
+	b.Write(pretty)
+	b.WriteString("\n")
+	return b.Bytes()
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./snapshot -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s mismatch (-want +got), run with -update if intended:\n%s", path, diff)
+	}
+}
+
+func decisionsFixture() *Decisions {
+	return &Decisions{
+		Addresses: map[string][]netip.Addr{"l2": {netip.MustParseAddr("10.200.0.5")}},
+		Assignments: map[string]Assignment{
+			"bgp-a": {Announcing: []string{"node-a", "node-b"}},
+			"bgp-b": {Announcing: []string{"node-a"}},
+			"l2":    {Active: "node-b", Standbys: []string{"node-a", "node-c"}},
+			"ospf":  {Announcing: []string{"node-a"}},
+		},
+		EndpointHealth: map[string]bool{"10.244.1.2:6443": false, "10.244.1.3:6443": true},
+	}
+}
+
+func TestBuildGolden(t *testing.T) {
+	tests := []struct {
+		name      string
+		input     string
+		node      Node
+		complete  bool
+		decisions *Decisions
+	}{
+		{name: "standalone", input: "standalone.yaml", node: Node{Name: "edge-1"}},
+		{name: "seed-examples", input: "seed-examples.yaml", node: Node{Name: "edge-1", Labels: map[string]string{"node-role.kubernetes.io/edge": "true"}}},
+		{name: "seed-examples-unlabelled", input: "seed-examples.yaml", node: Node{Name: "plain"}},
+		{name: "errors", input: "errors.yaml", node: Node{Name: "node-a"}, complete: true},
+		{name: "errors-files", input: "errors.yaml", node: Node{Name: "node-a"}},
+		{name: "decisions-node-a", input: "decisions.yaml", node: Node{Name: "node-a"}, complete: true, decisions: decisionsFixture()},
+		{name: "decisions-node-b", input: "decisions.yaml", node: Node{Name: "node-b"}, complete: true, decisions: decisionsFixture()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := readInput(t, filepath.Join("testdata", tc.input))
+			in.Decisions = tc.decisions
+			s, diags := Build(in, Options{Node: tc.node, Version: 7, ClusterComplete: tc.complete})
+			var lines []string
+			for _, d := range diags {
+				lines = append(lines, d.String())
+			}
+			golden(t, tc.name, render(t, s, lines))
+			if got, want := len(s.Diagnostics), len(diags); got != want {
+				t.Errorf("snapshot carries %d diagnostics, Build returned %d", got, want)
+			}
+			if s.ContentHash != ContentHash(s) || len(s.ContentHash) != 64 {
+				t.Errorf("content hash %q does not match the content", s.ContentHash)
+			}
+		})
+	}
+}
+
+// The acceptance facts of the seed examples, asserted directly so they do
+// not hide in a golden file.
+func TestSeedExamples(t *testing.T) {
+	in := readInput(t, "testdata/seed-examples.yaml")
+	_, diags := Build(in, Options{Node: Node{Name: "n"}})
+	text := func(sev string) string {
+		var b strings.Builder
+		for _, d := range diags {
+			if d.Severity.String() == sev {
+				fmt.Fprintln(&b, d.String())
+			}
+		}
+		return b.String()
+	}
+	errs, warns := text("error"), text("warning")
+	for _, want := range []string{
+		"ProxyVIP web-vip-bgp-dual: spec.address: address 10.200.0.20 is already claimed by ProxyVIP web-vip-bgp",
+		"ProxyVIP web-vip-bgp-redundant: spec.address: address 10.200.0.20 is already claimed by ProxyVIP web-vip-bgp",
+		"ProxyIPPool production-pool: spec: overlaps ProxyIPPool external-pool",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("missing error %q in:\n%s", want, errs)
+		}
+	}
+	for _, want := range []string{
+		"ProxyVIP web-vip-l2: spec.address: address 10.200.0.10 lies inside ProxyIPPool external-pool",
+		"ProxyBackend production/prod-backend: spec.serviceRef.name: Service production/web-app not found",
+		"ProxyGateway production/prod-gateway: spec.listeners[0].tls.secretRef: Secret production/prod-tls-cert not found",
+		"ProxyVIP web-vip-ospf: spec.ospfConfig.authKey: inline authKey is deprecated",
+	} {
+		if !strings.Contains(warns, want) {
+			t.Errorf("missing warning %q in:\n%s", want, warns)
+		}
+	}
+	if n := strings.Count(errs, "\n"); n == 0 {
+		t.Error("seed examples must produce errors")
+	}
+}
+
+func TestClusterPartIdenticalAcrossNodes(t *testing.T) {
+	in := readInput(t, "testdata/decisions.yaml")
+	in.Decisions = decisionsFixture()
+	a, _ := Build(in, Options{Node: Node{Name: "node-a"}, ClusterComplete: true})
+	b, _ := Build(in, Options{Node: Node{Name: "node-b"}, ClusterComplete: true})
+	if !bytes.Equal(ClusterBytes(a), ClusterBytes(b)) {
+		t.Fatal("cluster parts differ between nodes")
+	}
+	if a.ContentHash == b.ContentHash {
+		t.Fatal("node parts differ, so the content hashes must too")
+	}
+}
+
+func TestBuildDoesNotModifyInput(t *testing.T) {
+	in := readInput(t, "testdata/standalone.yaml")
+	before := readInput(t, "testdata/standalone.yaml")
+	Build(in, Options{Node: Node{Name: "n"}})
+	if diff := cmp.Diff(before, in); diff != "" {
+		t.Errorf("Build modified its input:\n%s", diff)
+	}
+}
+
+func TestBuildEmptyAndNil(t *testing.T) {
+	for _, in := range []*Input{nil, {}} {
+		s, diags := Build(in, Options{Node: Node{Name: "n"}})
+		if len(diags) != 0 || s.GetCluster() == nil || s.GetNode().GetNodeName() != "n" {
+			t.Errorf("empty build: %v %v", s, diags)
+		}
+	}
+}
