@@ -18,7 +18,7 @@ func TestParse(t *testing.T) {
 		{name: "cidr v6", in: "2001:db8::/126", cidr: true, want: "2001:db8::-2001:db8::3", norm: true},
 		{name: "cidr host bits", in: "10.200.0.1/24", cidr: true, wantErr: true},
 		{name: "cidr garbage", in: "10.300.0.0/24", cidr: true, wantErr: true},
-		{name: "host /32", in: "10.200.1.10/32", want: "10.200.1.10"},
+		{name: "host /32", in: "10.200.1.10/32", want: "10.200.1.10", norm: true},
 		{name: "plain", in: "10.200.1.10", want: "10.200.1.10"},
 		{name: "range", in: "10.0.0.1-10.0.0.9", want: "10.0.0.1-10.0.0.9"},
 		{name: "range reversed", in: "10.0.0.9-10.0.0.1", wantErr: true},
