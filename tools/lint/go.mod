@@ -1,0 +1,3 @@
+module github.com/novaedge/novaedge/tools/lint
+
+go 1.26.0
