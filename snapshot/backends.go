@@ -292,4 +292,3 @@ func sortEndpoints(eps []*pb.Endpoint) {
 		return cmp.Or(ax.Compare(ay), cmp.Compare(x.Port, y.Port))
 	})
 }
-

@@ -354,4 +354,3 @@ func hostMatch(pattern, name string) bool {
 	}
 	return false
 }
-

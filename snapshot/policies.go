@@ -96,4 +96,3 @@ func (b *builder) buildPolicies() {
 		}
 	}
 }
-

@@ -174,7 +174,9 @@ func (b *builder) attachments(rt *v1alpha1.ProxyRoute, r diag.Ref, ns string) []
 			}
 		}
 		if g == nil {
-			if slices.ContainsFunc(b.in.Gateways, func(x v1alpha1.ProxyGateway) bool { return x.Name == p.Name && orDefault(x.Namespace, "default") == gns }) {
+			if slices.ContainsFunc(b.in.Gateways, func(x v1alpha1.ProxyGateway) bool {
+				return x.Name == p.Name && orDefault(x.Namespace, "default") == gns
+			}) {
 				b.errorf(r, field+".name", "ProxyGateway %s/%s is not served (see its errors)", gns, p.Name)
 			} else {
 				b.errorf(r, field+".name", "ProxyGateway %s/%s not found", gns, p.Name)
@@ -300,7 +302,9 @@ func (b *builder) backendRefs(r diag.Ref, ns, field string, refs []v1alpha1.Back
 		case bns != ns:
 			b.errorf(r, f+".namespace", "cross-namespace backend references are not allowed (route in %s, backend in %s)", ns, bns)
 		case b.backends[name] == nil:
-			if slices.ContainsFunc(b.in.Backends, func(x v1alpha1.ProxyBackend) bool { return x.Name == br.Name && orDefault(x.Namespace, "default") == bns }) {
+			if slices.ContainsFunc(b.in.Backends, func(x v1alpha1.ProxyBackend) bool {
+				return x.Name == br.Name && orDefault(x.Namespace, "default") == bns
+			}) {
 				b.errorf(r, f+".name", "ProxyBackend %s is not usable (see its errors); its share of traffic fails with 500", name)
 			} else {
 				b.errorf(r, f+".name", "ProxyBackend %s not found; its share of traffic fails with 500", name)

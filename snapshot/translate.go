@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-
 	"github.com/novaedge/novaedge/diag"
 )
 
@@ -35,7 +34,6 @@ func (pendingTranslator) Translate(in *Input, diags *diag.List) {
 		diags.Warnf(diag.Ref{Kind: "HTTPRoute", Namespace: r.Namespace, Name: r.Name}, "", "ignored: Gateway API translation is not implemented yet")
 	}
 }
-
 
 func (b *builder) translate() {
 	ts := b.opts.Translators
