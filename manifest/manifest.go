@@ -1,0 +1,272 @@
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/novaedge/novaedge/diag"
+)
+
+// Document is one resource read from YAML.
+type Document struct {
+	// Pos is the file and the line where the document's content starts.
+	Pos diag.Position
+	// Object is the resource as the kube-apiserver would decode it from JSON:
+	// map[string]any, []any, string, int64, float64, bool and nil only.
+	Object map[string]any
+	// APIVersion, Kind, Name and Namespace are read from Object; each is
+	// empty when missing or not a string.
+	APIVersion, Kind, Name, Namespace string
+
+	root *yaml.Node // the document's mapping node, lines already absolute
+}
+
+// Ref names the document's resource.
+func (d Document) Ref() diag.Ref {
+	return diag.Ref{Kind: d.Kind, Namespace: d.Namespace, Name: d.Name}
+}
+
+// Position returns the file and line for a field path of the document; see
+// Line.
+func (d Document) Position(fieldPath string) diag.Position {
+	return diag.Position{File: d.Pos.File, Line: d.Line(fieldPath)}
+}
+
+// Load reads documents from files and directories. A directory contributes
+// its *.yaml and *.yml files, not those of subdirectories, in name order.
+// Unreadable files and broken documents are reported; everything else that
+// can be read is returned.
+func Load(paths ...string) ([]Document, diag.List) {
+	var docs []Document
+	var diags diag.List
+	for _, p := range paths {
+		files, err := expand(p)
+		if err != nil {
+			diags = append(diags, fileError(p, err))
+			continue
+		}
+		if len(files) == 0 {
+			diags.Warnf(diag.Ref{}, "", "no *.yaml or *.yml files in directory")
+			diags[len(diags)-1].Pos.File = p
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				diags = append(diags, fileError(f, err))
+				continue
+			}
+			d, ds := Parse(f, data)
+			docs = append(docs, d...)
+			diags = append(diags, ds...)
+		}
+	}
+	return docs, diags
+}
+
+func fileError(file string, err error) diag.Diagnostic {
+	return diag.Diagnostic{Severity: diag.Error, Message: err.Error(), Pos: diag.Position{File: file}}
+}
+
+// expand returns path itself for a file, and the YAML files in it for a
+// directory.
+func expand(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path) // sorted by name
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		full := filepath.Join(path, name)
+		if fi, err := os.Stat(full); err != nil || fi.IsDir() {
+			continue // a dangling link or a directory named *.yaml
+		}
+		files = append(files, full)
+	}
+	return files, nil
+}
+
+// Parse reads the documents of one file's contents; name is used in
+// positions. Documents separated by "---" lines are parsed independently, so
+// a syntax error loses at most the rest of its own part of the file.
+// Empty, comment-only and null documents are skipped.
+func Parse(name string, data []byte) ([]Document, diag.List) {
+	var docs []Document
+	var diags diag.List
+	for _, c := range split(data) {
+		d, ds := parseChunk(name, c)
+		docs = append(docs, d...)
+		diags = append(diags, ds...)
+	}
+	return docs, diags
+}
+
+// chunk is a part of a file between "---" separator lines.
+type chunk struct {
+	data []byte
+	line int // line of data's first byte in the file, from 1
+}
+
+// split cuts data at separator lines the way kubectl does: a line starting
+// with "---" followed by nothing but blanks or a comment.
+func split(data []byte) []chunk {
+	var chunks []chunk
+	start, startLine, line := 0, 1, 1
+	for off := 0; off < len(data); line++ {
+		end := bytes.IndexByte(data[off:], '\n')
+		if end < 0 {
+			end = len(data)
+		} else {
+			end += off + 1
+		}
+		if isSeparator(data[off:end]) {
+			chunks = append(chunks, chunk{data[start:off], startLine})
+			start, startLine = end, line+1
+		}
+		off = end
+	}
+	return append(chunks, chunk{data[start:], startLine})
+}
+
+func isSeparator(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("---"))
+	rest = bytes.TrimSpace(rest)
+	return ok && (len(rest) == 0 || rest[0] == '#')
+}
+
+// syntaxLine matches the line in yaml.v3 error messages.
+var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// parseChunk parses the YAML documents of one chunk. A syntax error ends the
+// chunk: the parser cannot resynchronise after one.
+func parseChunk(name string, c chunk) ([]Document, diag.List) {
+	var docs []Document
+	var diags diag.List
+	dec := yaml.NewDecoder(bytes.NewReader(c.data))
+	for {
+		var n yaml.Node
+		err := decode(dec, &n)
+		if errors.Is(err, io.EOF) {
+			return docs, diags
+		}
+		if err != nil {
+			msg, line := err.Error(), c.line
+			if m := syntaxLine.FindStringSubmatch(msg); m != nil {
+				l, _ := strconv.Atoi(m[1])
+				msg, line = msg[len(m[0]):], c.line+l-1
+			}
+			msg = strings.TrimPrefix(msg, "yaml: ")
+			diags = append(diags, diag.Diagnostic{Severity: diag.Error, Message: "YAML syntax error: " + msg, Pos: diag.Position{File: name, Line: line}})
+			return docs, diags
+		}
+		shift(&n, c.line-1)
+		d, ds, ok := newDocument(name, &n)
+		if ok {
+			docs = append(docs, d)
+		}
+		diags = append(diags, ds...)
+	}
+}
+
+// decode runs the YAML decoder and turns a panic inside it into an error, so
+// no input can crash the caller.
+func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml parser failed: %v", r)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+// shift adds off to the line of every node of the tree under n.
+func shift(n *yaml.Node, off int) {
+	n.Line += off
+	for _, c := range n.Content {
+		shift(c, off)
+	}
+}
+
+// newDocument converts a parsed document. ok is false when there is no
+// object to return: the document is empty or null, or is not a mapping, or
+// holds a value JSON cannot represent.
+func newDocument(file string, n *yaml.Node) (doc Document, diags diag.List, ok bool) {
+	if n.Kind != yaml.DocumentNode || len(n.Content) == 0 {
+		return Document{}, nil, false
+	}
+	root := deref(n.Content[0])
+	pos := diag.Position{File: file, Line: root.Line}
+	switch {
+	case root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null":
+		return Document{}, nil, false
+	case root.Kind != yaml.MappingNode:
+		diags = append(diags, diag.Diagnostic{Severity: diag.Error, Message: fmt.Sprintf("document must be a mapping (an object), not %s", kindName(root)), Pos: pos})
+		return Document{}, diags, false
+	}
+	c := converter{file: file, active: map[*yaml.Node]bool{}}
+	obj, _ := c.value(root).(map[string]any)
+	if len(c.diags) > 0 {
+		return Document{}, c.diags, false
+	}
+	doc = Document{Pos: pos, Object: obj, root: root}
+	doc.APIVersion = doc.str(&diags, "apiVersion", obj["apiVersion"])
+	doc.Kind = doc.str(&diags, "kind", obj["kind"])
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		doc.Name = doc.str(&diags, "metadata.name", md["name"])
+		doc.Namespace = doc.str(nil, "metadata.namespace", md["namespace"])
+	} else {
+		doc.str(&diags, "metadata.name", nil)
+	}
+	for i := range diags {
+		diags[i].Resource = doc.Ref()
+	}
+	return doc, diags, true
+}
+
+// str returns v when it is a non-empty string. Otherwise it reports field as
+// missing or invalid in diags, unless diags is nil, and returns "".
+func (d Document) str(diags *diag.List, field string, v any) string {
+	s, ok := v.(string)
+	if ok && s != "" {
+		return s
+	}
+	if diags != nil {
+		msg := "Required value"
+		if v != nil && !ok {
+			msg = fmt.Sprintf("Invalid value: %v: must be a string", v)
+		}
+		*diags = append(*diags, diag.Diagnostic{Severity: diag.Error, Field: field, Message: msg, Pos: d.Position(field)})
+	}
+	return ""
+}
+
+// kindName describes a node's kind for messages.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a sequence"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("the scalar %q", n.Value)
+	default:
+		return "a " + n.ShortTag()
+	}
+}

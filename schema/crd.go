@@ -1,0 +1,219 @@
+package schema
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/novaedge/novaedge/manifest"
+)
+
+// Validator checks resources of the kinds its CRDs define. It is safe for
+// concurrent use.
+type Validator struct {
+	kinds map[gvk]*kind
+}
+
+// gvk identifies a kind: apiVersion is "group/version".
+type gvk struct{ apiVersion, kind string }
+
+// kind is what validating one kind of one version needs.
+type kind struct {
+	info       KindInfo
+	structural *structuralschema.Structural
+	openAPI    apiservervalidation.SchemaValidator
+	cel        *cel.Validator // nil without x-kubernetes-validations rules
+	hasStatus  bool           // status is a subresource, dropped on create
+}
+
+// KindInfo describes a kind a Validator knows.
+type KindInfo struct {
+	APIVersion string // "group/version"
+	Kind       string
+	Plural     string // the resource name, as in "proxyvips"
+	Namespaced bool
+}
+
+// NewFromFS reads the CRDs of every *.yaml and *.yml file at the top of fsys.
+func NewFromFS(fsys fs.FS) (*Validator, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("read crd directory: %w", err)
+	}
+	var crds []namedCRD
+	for _, e := range entries {
+		if ext := path.Ext(e.Name()); e.IsDir() || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		data, err := fs.ReadFile(fsys, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read crd file: %w", err)
+		}
+		crds = append(crds, namedCRD{e.Name(), data})
+	}
+	return newValidator(crds)
+}
+
+// New reads CRDs from YAML; each element may hold several documents.
+func New(crds ...[]byte) (*Validator, error) {
+	named := make([]namedCRD, len(crds))
+	for i, data := range crds {
+		named[i] = namedCRD{fmt.Sprintf("crds[%d]", i), data}
+	}
+	return newValidator(named)
+}
+
+type namedCRD struct {
+	name string
+	data []byte
+}
+
+func newValidator(files []namedCRD) (*Validator, error) {
+	v := &Validator{kinds: map[gvk]*kind{}}
+	var errs []error
+	for _, f := range files {
+		docs, diags := manifest.Parse(f.name, f.data)
+		if err := diags.Err(); err != nil {
+			errs = append(errs, err)
+		}
+		for _, doc := range docs {
+			if err := v.add(doc); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", doc.Pos, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// add registers the served versions of the CRD in doc, after checking the
+// CRD as the apiserver would on its creation.
+func (v *Validator) add(doc manifest.Document) error {
+	if doc.APIVersion != "apiextensions.k8s.io/v1" || doc.Kind != "CustomResourceDefinition" {
+		return fmt.Errorf("%s %s %q is not an apiextensions.k8s.io/v1 CustomResourceDefinition", doc.APIVersion, doc.Kind, doc.Name)
+	}
+	raw, err := json.Marshal(doc.Object)
+	if err != nil {
+		return fmt.Errorf("crd %s: %w", doc.Name, err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	strict, err := kjson.UnmarshalStrict(raw, &crd)
+	if err := errors.Join(append(strict, err)...); err != nil {
+		return fmt.Errorf("crd %s: %w", doc.Name, err)
+	}
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(&crd)
+	var internal apiextensions.CustomResourceDefinition
+	if err := apiextensionsv1.Convert_v1_CustomResourceDefinition_To_apiextensions_CustomResourceDefinition(&crd, &internal, nil); err != nil {
+		return fmt.Errorf("crd %s: %w", doc.Name, err)
+	}
+	if errs := crdvalidation.ValidateCustomResourceDefinition(context.Background(), &internal); len(errs) > 0 {
+		return fmt.Errorf("crd %s is invalid: %w", doc.Name, errs.ToAggregate())
+	}
+
+	// The internal form moves schemas shared by all versions to the top, so
+	// take each version's schema from the v1 form, as the apiserver does.
+	for _, ver := range crd.Spec.Versions {
+		if !ver.Served {
+			continue
+		}
+		info := KindInfo{
+			APIVersion: crd.Spec.Group + "/" + ver.Name,
+			Kind:       crd.Spec.Names.Kind,
+			Plural:     crd.Spec.Names.Plural,
+			Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
+		}
+		key := gvk{info.APIVersion, info.Kind}
+		if v.kinds[key] != nil {
+			return fmt.Errorf("crd %s: kind %s %s is defined twice", doc.Name, info.APIVersion, info.Kind)
+		}
+		k, err := newKind(info, ver.Schema)
+		if err != nil {
+			return fmt.Errorf("crd %s version %s: %w", doc.Name, ver.Name, err)
+		}
+		k.hasStatus = ver.Subresources != nil && ver.Subresources.Status != nil
+		v.kinds[key] = k
+	}
+	return nil
+}
+
+// newKind prepares the validators for one version, as the apiserver's CRD
+// handler does when it starts serving a CRD.
+func newKind(info KindInfo, v1val *apiextensionsv1.CustomResourceValidation) (*kind, error) {
+	if v1val == nil || v1val.OpenAPIV3Schema == nil {
+		return nil, errors.New("no openAPIV3Schema")
+	}
+	var val apiextensions.CustomResourceValidation
+	if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(v1val, &val, nil); err != nil {
+		return nil, fmt.Errorf("convert schema: %w", err)
+	}
+	props := val.OpenAPIV3Schema
+	s, err := structuralschema.NewStructural(props)
+	if err != nil {
+		return nil, fmt.Errorf("structural schema: %w", err)
+	}
+	s = s.DeepCopy() // PruneDefaults edits defaults NewStructural shares with props
+	if err := structuraldefaulting.PruneDefaults(s); err != nil {
+		return nil, fmt.Errorf("prune defaults: %w", err)
+	}
+	openAPI, _, err := apiservervalidation.NewSchemaValidator(props)
+	if err != nil {
+		return nil, fmt.Errorf("openapi validator: %w", err)
+	}
+	return &kind{
+		info:       info,
+		structural: s,
+		openAPI:    openAPI,
+		cel:        cel.NewValidator(s, true, celconfig.PerCallLimit),
+	}, nil
+}
+
+// Scope reports whether a kind is namespaced, and whether it is known.
+func (v *Validator) Scope(apiVersion, kind string) (namespaced bool, ok bool) {
+	k := v.kinds[gvk{apiVersion, kind}]
+	if k == nil {
+		return false, false
+	}
+	return k.info.Namespaced, true
+}
+
+// Kinds lists the known kinds ordered by apiVersion and kind.
+func (v *Validator) Kinds() []KindInfo {
+	out := make([]KindInfo, 0, len(v.kinds))
+	for _, k := range v.kinds {
+		out = append(out, k.info)
+	}
+	slices.SortFunc(out, func(a, b KindInfo) int {
+		return cmp.Or(cmp.Compare(a.APIVersion, b.APIVersion), cmp.Compare(a.Kind, b.Kind))
+	})
+	return out
+}
+
+// kindsInGroup names the known kinds of apiVersion's group, for messages.
+func (v *Validator) kindsInGroup(apiVersion string) []string {
+	group, _, _ := strings.Cut(apiVersion, "/")
+	var names []string
+	for _, k := range v.Kinds() {
+		if g, _, _ := strings.Cut(k.APIVersion, "/"); g == group {
+			names = append(names, k.Kind+" ("+k.APIVersion+")")
+		}
+	}
+	return names
+}
