@@ -1,26 +1,119 @@
 #!/usr/bin/env bash
-# Installs what building and testing NovaEdge needs on a fresh Debian machine
-# (which has only Go, gcc and git). Idempotent and quick when all is present.
-# Run as root; `make test`, `make demo` and `make generate` call it.
+# Installs what building, generating and testing NovaEdge needs on a fresh
+# Debian 12 (bookworm) machine, which has only Go, gcc and git:
+#
+#   1. Debian packages (apt), installed only when missing;
+#   2. the pinned Go tools of tools/go.mod (controller-gen, protoc-gen-go,
+#      protoc-gen-go-grpc, bpf2go), built into bin/tools/.
+#
+# With --lint it builds only golangci-lint (tools/lint/go.mod) into bin/tools/
+# and touches no Debian package; `make lint` uses that.
+#
+# Idempotent and quick (well under a second) when everything is present: a
+# stamp in bin/tools/ records the hash of the tool module files and the Go
+# version the tools were built with. Run as root when a package is missing;
+# `make test`, `make demo` and `make generate` call it. Fails loudly (non-zero,
+# with a message) when anything cannot be installed.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-pkgs=(clang llvm libbpf-dev bpftool iproute2 protobuf-compiler ethtool nftables)
-missing=()
-for p in "${pkgs[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-		missing+=("$p")
+# Debian's bpftool and nft live in /usr/sbin, which a non-login shell may lack.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+log() { echo "install-deps: $*"; }
+die() {
+	echo "install-deps: ERROR: $*" >&2
+	exit 1
+}
+
+# Debian package → a file it installs, checked after installing so that a
+# package that installed but did not provide what we need is caught too.
+declare -A provides=(
+	[clang]=/usr/bin/clang          # compiles bpf/*.c (bpf2go)
+	[llvm]=/usr/bin/llvm-strip      # llvm-strip, llvm-objdump for BPF objects
+	[libbpf-dev]=/usr/include/bpf/bpf_helpers.h
+	[bpftool]=/usr/sbin/bpftool     # inspect pinned maps/programs in tests
+	[iproute2]=/usr/sbin/ip         # netns + veth testbeds
+	[protobuf-compiler]=/usr/bin/protoc
+	[ethtool]=/usr/sbin/ethtool     # NIC offload settings for XDP tests
+	[nftables]=/usr/sbin/nft        # nftables DNAT baseline for benchmarks
+)
+packages=(clang llvm libbpf-dev bpftool iproute2 protobuf-compiler ethtool nftables)
+
+install_packages() {
+	local missing=() p status
+	# One dpkg-query for all packages; unknown ones print nothing.
+	declare -A installed=()
+	while read -r p status; do
+		[[ $status == ii ]] && installed[$p]=1
+	done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${packages[@]}" 2>/dev/null || true)
+	for p in "${packages[@]}"; do
+		[[ -n ${installed[$p]:-} && -e ${provides[$p]} ]] || missing+=("$p")
+	done
+	if ((${#missing[@]} == 0)); then
+		return
 	fi
-done
-if ((${#missing[@]})); then
-	if [[ $(id -u) -ne 0 ]]; then
-		echo "install-deps: missing packages ${missing[*]}; run as root" >&2
-		exit 1
-	fi
-	echo "install-deps: installing ${missing[*]}"
+
+	[[ $(id -u) -eq 0 ]] || die "missing Debian packages: ${missing[*]}; run as root (or: sudo $0)"
+	command -v apt-get >/dev/null || die "missing Debian packages: ${missing[*]}, and apt-get is not available"
+
+	log "installing Debian packages: ${missing[*]}"
+	local aptlog
+	aptlog=$(mktemp)
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q >/dev/null
-	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-fi
-for cmd in clang protoc ip; do
-	command -v "$cmd" >/dev/null || { echo "install-deps: $cmd still missing after install" >&2; exit 1; }
-done
+	local apt=(apt-get -q -o DPkg::Lock::Timeout=300)
+	if ! "${apt[@]}" update >"$aptlog" 2>&1; then
+		cat "$aptlog" >&2
+		rm -f "$aptlog"
+		die "apt-get update failed"
+	fi
+	if ! "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
+		tail -n 40 "$aptlog" >&2
+		rm -f "$aptlog"
+		die "apt-get install ${missing[*]} failed"
+	fi
+	rm -f "$aptlog"
+	for p in "${missing[@]}"; do
+		[[ -e ${provides[$p]} ]] || die "package $p installed but ${provides[$p]} is missing"
+		log "  installed $p ($(dpkg-query -W -f='${Version}' "$p"))"
+	done
+}
+
+# build_tools MODDIR STAMP: builds every `tool` of MODDIR/go.mod into
+# bin/tools/ unless the stamp shows they are built from the same go.mod,
+# go.sum and Go version.
+build_tools() {
+	local moddir=$1 stamp=bin/tools/.$2.stamp tools want t missing=0
+	command -v go >/dev/null || die "go is not on PATH"
+	want="$(cat "$moddir/go.mod" "$moddir/go.sum" | sha256sum | cut -d' ' -f1) $(go env GOVERSION)"
+	# `tool` lines of go.mod, in either the one-line or the block form.
+	tools=$(awk '/^tool \(/{b=1; next} b&&/^\)/{b=0} b{print $1} /^tool [^(]/{print $2}' "$moddir/go.mod")
+	[[ -n $tools ]] || die "$moddir/go.mod lists no tools"
+	for t in $tools; do
+		[[ -x bin/tools/${t##*/} ]] || missing=1
+	done
+	if ((missing == 0)) && [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
+		return
+	fi
+	log "building pinned Go tools from $moddir/go.mod into bin/tools/: $(for t in $tools; do printf '%s ' "${t##*/}"; done)"
+	log "  (the first build takes a few minutes; later runs reuse it)"
+	mkdir -p bin/tools
+	local start=$SECONDS out=$PWD/bin/tools
+	(cd "$moddir" && GOWORK=off GOFLAGS=-buildvcs=false go build -o "$out/" tool) ||
+		die "building the Go tools of $moddir/go.mod failed"
+	echo "$want" >"$stamp"
+	log "  built in $((SECONDS - start))s"
+}
+
+case ${1:-} in
+"")
+	install_packages
+	build_tools tools codegen
+	;;
+--lint)
+	build_tools tools/lint lint
+	;;
+*)
+	die "usage: $0 [--lint]"
+	;;
+esac

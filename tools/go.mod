@@ -1,3 +1,6 @@
+// Pinned code generators for `make generate`, kept out of the main module so
+// their dependencies never affect it. hack/install-deps.sh builds every tool
+// below into bin/tools/; `go tool -modfile=tools/go.mod NAME` runs one too.
 module github.com/novaedge/novaedge/tools
 
 go 1.26.0
