@@ -1,0 +1,334 @@
+package loader
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	metavalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/novaedge/novaedge/deploy/crds"
+	"github.com/novaedge/novaedge/diag"
+	"github.com/novaedge/novaedge/manifest"
+	"github.com/novaedge/novaedge/schema"
+	"github.com/novaedge/novaedge/snapshot"
+)
+
+// Result is what Load read.
+type Result struct {
+	// Input holds every valid resource, in the order of the files.
+	Input *snapshot.Input
+
+	// docs maps each resource in Input (and the first of duplicates) to its
+	// document, for positions.
+	docs map[diag.Ref]manifest.Document
+}
+
+// Position returns the file and line of field in the document of the
+// resource ref, or the zero Position when no document defines ref.
+func (r *Result) Position(ref diag.Ref, fieldPath string) diag.Position {
+	if r == nil {
+		return diag.Position{}
+	}
+	doc, ok := r.docs[ref]
+	if !ok {
+		return diag.Position{}
+	}
+	return doc.Position(fieldPath)
+}
+
+// Locate fills in Pos of the diagnostics that have none, such as those of
+// snapshot.Build, from the document of their resource and the line of their
+// field. It edits diags in place; diagnostics about resources not read from
+// files are left as they are.
+func (r *Result) Locate(diags diag.List) {
+	for i := range diags {
+		d := &diags[i]
+		if d.Pos.File != "" {
+			continue
+		}
+		d.Pos = r.Position(d.Resource, d.Field)
+	}
+}
+
+// validator is built once: compiling the CRDs' CEL rules is not free.
+var validator = sync.OnceValues(func() (*schema.Validator, error) {
+	return schema.NewFromFS(crds.FS)
+})
+
+// Load reads the YAML files and directories at paths (a directory
+// contributes its *.yaml and *.yml files, not its subdirectories') and
+// returns every valid resource in an Input. Problems are returned as
+// diagnostics with positions; a document with an error is left out, the
+// others are kept. Load never returns a nil Result.
+func Load(paths ...string) (*Result, diag.List) {
+	docs, diags := manifest.Load(paths...)
+	res, more := FromDocuments(docs)
+	return res, append(diags, more...)
+}
+
+// FromDocuments is Load for documents already read, e.g. with
+// manifest.Parse from embedded bytes.
+func FromDocuments(docs []manifest.Document) (*Result, diag.List) {
+	res := &Result{Input: &snapshot.Input{}, docs: map[diag.Ref]manifest.Document{}}
+	var diags diag.List
+	v, err := validator()
+	if err != nil {
+		// The CRDs are embedded at build time and tested; this is a bug.
+		diags.Errorf(diag.Ref{}, "", "load the embedded CRDs: %v", err)
+		return res, diags
+	}
+	seen := map[identity]manifest.Document{}
+	for _, doc := range docs {
+		diags = append(diags, res.add(v, seen, doc)...)
+	}
+	return res, diags
+}
+
+// identity tells resources apart: two documents with the same identity
+// define the same resource.
+type identity struct {
+	group, kind, namespace, name string
+}
+
+// add checks one document and, when it is valid, appends its object to the
+// Input.
+func (r *Result) add(v *schema.Validator, seen map[identity]manifest.Document, doc manifest.Document) diag.List {
+	if doc.APIVersion == "" || doc.Kind == "" || doc.Name == "" {
+		return nil // manifest reported what is missing
+	}
+	var diags diag.List
+	spec := findKind(doc.APIVersion, doc.Kind)
+	if spec == nil {
+		diags.Errorf(doc.Ref(), "kind", "%s", unknownKind(doc.APIVersion, doc.Kind))
+		diags[0].Pos = doc.Position("kind")
+		return diags
+	}
+
+	var obj map[string]any
+	ref := doc.Ref()
+	if spec.crd {
+		obj, diags = v.ValidateDocument(doc)
+		if namespaced, _ := v.Scope(doc.APIVersion, doc.Kind); namespaced && ref.Namespace == "" {
+			ref.Namespace = schema.DefaultNamespace
+		}
+	} else {
+		obj, ref, diags = checkBuiltin(spec, doc)
+	}
+
+	id := identity{group(doc.APIVersion), doc.Kind, ref.Namespace, ref.Name}
+	if first, dup := seen[id]; dup {
+		d := diag.Diagnostic{
+			Severity: diag.Error,
+			Resource: ref,
+			Field:    "metadata.name",
+			Message:  fmt.Sprintf("duplicate: %s is already defined at %s; this definition is ignored", ref, first.Position("metadata.name")),
+			Pos:      doc.Position("metadata.name"),
+		}
+		return append(diag.List{d}, diags.Warnings()...)
+	}
+	seen[id] = doc
+	r.docs[ref] = doc
+	if diags.HasErrors() || obj == nil {
+		return diags
+	}
+
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		diags.Errorf(ref, "", "encode: %v", err)
+		diags[len(diags)-1].Pos = doc.Pos
+		return diags
+	}
+	var errs field.ErrorList
+	strict, err := spec.add(raw, r.Input)
+	for _, e := range strict {
+		errs = append(errs, unknownField(e))
+	}
+	if err != nil {
+		errs = append(errs, typeError(err, obj))
+	}
+	if len(errs) == 0 && spec.check != nil {
+		errs = spec.check(r.Input)
+		if len(errs) > 0 {
+			removeLast(r.Input, spec)
+		}
+	}
+	for _, e := range errs {
+		diags = append(diags, fieldDiag(doc, ref, e))
+	}
+	return diags
+}
+
+// checkBuiltin does for a core or Gateway API object what the apiserver's
+// decoding and metadata validation do: the namespace defaults to "default"
+// for namespaced kinds, metadata is validated, stringData is merged. The
+// schema of the rest is checked when the object is decoded.
+func checkBuiltin(spec *kindSpec, doc manifest.Document) (map[string]any, diag.Ref, diag.List) {
+	ref := doc.Ref()
+	var diags diag.List
+	obj, err := copyJSON(doc.Object)
+	if err != nil {
+		diags.Errorf(ref, "", "%v", err)
+		diags[0].Pos = doc.Pos
+		return nil, ref, diags
+	}
+	md, _ := obj["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		obj["metadata"] = md
+	}
+	switch {
+	case spec.namespaced && ref.Namespace == "":
+		ref.Namespace = metav1.NamespaceDefault
+		md["namespace"] = ref.Namespace
+	case !spec.namespaced && ref.Namespace != "":
+		// The apiserver ignores a namespace on a cluster-scoped object.
+		delete(md, "namespace")
+		ref.Namespace = ""
+	}
+	var errs field.ErrorList
+	var meta metav1.ObjectMeta
+	if raw, err := json.Marshal(md); err == nil && json.Unmarshal(raw, &meta) == nil {
+		errs = append(errs, metavalidation.ValidateObjectMeta(&meta, spec.namespaced, spec.nameFn, field.NewPath("metadata"))...)
+	}
+	if spec.prepare != nil {
+		errs = append(errs, spec.prepare(obj)...)
+	}
+	for _, e := range errs {
+		diags = append(diags, fieldDiag(doc, ref, e))
+	}
+	return obj, ref, diags
+}
+
+// removeLast drops the object add appended last, when check rejects it.
+func removeLast(in *snapshot.Input, spec *kindSpec) {
+	switch spec.kind {
+	case "Secret":
+		in.Secrets = in.Secrets[:len(in.Secrets)-1]
+	case "Service":
+		in.Services = in.Services[:len(in.Services)-1]
+	case "EndpointSlice":
+		in.EndpointSlices = in.EndpointSlices[:len(in.EndpointSlices)-1]
+	default:
+		panic("loader: no removeLast for kind " + spec.kind)
+	}
+}
+
+// fieldDiag turns a field error into an error diagnostic at the line of its
+// field.
+func fieldDiag(doc manifest.Document, ref diag.Ref, e *field.Error) diag.Diagnostic {
+	f := e.Field
+	if f == "<nil>" {
+		f = ""
+	}
+	return diag.Diagnostic{Severity: diag.Error, Resource: ref, Field: f, Message: e.ErrorBody(), Pos: doc.Position(f)}
+}
+
+// unknownFieldRE matches sigs.k8s.io/json's strict-decoding errors.
+var unknownFieldRE = regexp.MustCompile(`^unknown field "(.*)"$`)
+
+// unknownField turns a strict-decoding error into a field error.
+func unknownField(err error) *field.Error {
+	msg := err.Error()
+	if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
+		return &field.Error{Type: field.ErrorTypeNotSupported, Field: m[1], Detail: fmt.Sprintf("unknown field %q", m[1])}
+	}
+	if _, rest, ok := strings.Cut(msg, `duplicate field "`); ok {
+		f := strings.TrimSuffix(rest, `"`)
+		return &field.Error{Type: field.ErrorTypeDuplicate, Field: f, Detail: fmt.Sprintf("duplicate field %q", f)}
+	}
+	return field.Invalid(nil, nil, msg)
+}
+
+// typeErrorRE matches encoding/json type errors as sigs.k8s.io/json words
+// them: "json: cannot unmarshal string into Go struct field
+// ServicePort.spec.ports.port of type int32".
+var typeErrorRE = regexp.MustCompile(`^json: cannot unmarshal (\S+) into Go struct field [^.]+\.(\S+) of type (\S+)$`)
+
+// typeError turns a decoding error into a field error. The decoder names
+// the field without list indices ("spec.ports.port"), so the first element
+// whose value has the offending JSON type is taken to be the one.
+func typeError(err error, obj map[string]any) *field.Error {
+	m := typeErrorRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return field.Invalid(nil, nil, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	path := m[2]
+	if p, ok := findTyped(obj, strings.Split(path, "."), "", m[1]); ok {
+		path = p
+	}
+	return &field.Error{Type: field.ErrorTypeTypeInvalid, Field: path, Detail: fmt.Sprintf("must be of type %s, not %s", m[3], m[1])}
+}
+
+// findTyped walks segs through v, trying every element of lists, and
+// returns the full path of the first value of JSON type want.
+func findTyped(v any, segs []string, prefix, want string) (string, bool) {
+	if list, ok := v.([]any); ok {
+		for i, e := range list {
+			if p, ok := findTyped(e, segs, prefix+"["+strconv.Itoa(i)+"]", want); ok {
+				return p, true
+			}
+		}
+		return "", false
+	}
+	if len(segs) == 0 {
+		return prefix, jsonType(v) == want
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return "", false
+	}
+	next, ok := m[segs[0]]
+	if !ok {
+		return "", false
+	}
+	p := segs[0]
+	if prefix != "" {
+		p = prefix + "." + segs[0]
+	}
+	return findTyped(next, segs[1:], p, want)
+}
+
+// jsonType names v's type as encoding/json does in its errors.
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	case nil:
+		return "null"
+	default:
+		return "number"
+	}
+}
+
+// unmarshalStrict decodes JSON as the apiserver does (case-sensitive field
+// names, integers kept) and returns unknown and duplicate fields apart from
+// other errors.
+func unmarshalStrict(raw []byte, into any) ([]error, error) {
+	return kjson.UnmarshalStrict(raw, into)
+}
+
+// copyJSON deep-copies obj through JSON.
+func copyJSON(obj map[string]any) (map[string]any, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("object cannot be represented in JSON: %w", err)
+	}
+	var out map[string]any
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &out); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	return out, nil
+}
