@@ -16,7 +16,7 @@ func TestSeedExamplesPassTheCRDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("testdata/seed-examples.yaml")
+	data, err := os.ReadFile("testdata/seeds/seed-examples.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
