@@ -78,7 +78,7 @@ type poolEntry struct {
 // the same thing, the one that existed first keeps it (files carry no
 // timestamps, so there the name decides).
 func olderFirst(a, b metav1.ObjectMeta) int {
-	return cmp.Or(a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
 }
 
 func (b *builder) buildPools() {
