@@ -3,6 +3,7 @@ package loader
 import (
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
 	"github.com/novaedge/novaedge/snapshot"
@@ -33,56 +35,47 @@ type kindSpec struct {
 	// prepare rewrites the object before it is decoded (Secret stringData)
 	// and reports problems the decoder cannot see. May be nil.
 	prepare func(obj map[string]any) field.ErrorList
-	// add decodes the object's JSON strictly and appends it to in. It
-	// returns the unknown fields, or a decoding error.
-	add func(raw []byte, in *snapshot.Input) (strict []error, err error)
-	// check validates the decoded object beyond its types; it runs on the
-	// last element add appended. May be nil.
-	check func(in *snapshot.Input) field.ErrorList
+	// decode decodes the object's JSON strictly and checks it.
+	decode func(raw []byte) decoded
 }
 
 // kinds lists every kind the loader accepts, in the order they are listed
 // to users.
 var kinds = []kindSpec{
-	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyVIP, crd: true, add: appendTo(func(in *snapshot.Input) *[]v1alpha1.ProxyVIP { return &in.VIPs })},
-	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyIPPool, crd: true, add: appendTo(func(in *snapshot.Input) *[]v1alpha1.ProxyIPPool { return &in.Pools })},
-	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyGateway, crd: true, add: appendTo(func(in *snapshot.Input) *[]v1alpha1.ProxyGateway { return &in.Gateways })},
-	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyRoute, crd: true, add: appendTo(func(in *snapshot.Input) *[]v1alpha1.ProxyRoute { return &in.Routes })},
-	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyBackend, crd: true, add: appendTo(func(in *snapshot.Input) *[]v1alpha1.ProxyBackend { return &in.Backends })},
-	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyPolicy, crd: true, add: appendTo(func(in *snapshot.Input) *[]v1alpha1.ProxyPolicy { return &in.Policies })},
+	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyVIP, crd: true, decode: decoder(func(in *snapshot.Input) *[]v1alpha1.ProxyVIP { return &in.VIPs }, nil)},
+	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyIPPool, crd: true, decode: decoder(func(in *snapshot.Input) *[]v1alpha1.ProxyIPPool { return &in.Pools }, nil)},
+	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyGateway, crd: true, decode: decoder(func(in *snapshot.Input) *[]v1alpha1.ProxyGateway { return &in.Gateways }, nil)},
+	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyRoute, crd: true, decode: decoder(func(in *snapshot.Input) *[]v1alpha1.ProxyRoute { return &in.Routes }, nil)},
+	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyBackend, crd: true, decode: decoder(func(in *snapshot.Input) *[]v1alpha1.ProxyBackend { return &in.Backends }, nil)},
+	{apiVersion: v1alpha1.GroupVersion.String(), kind: v1alpha1.KindProxyPolicy, crd: true, decode: decoder(func(in *snapshot.Input) *[]v1alpha1.ProxyPolicy { return &in.Policies }, nil)},
 	{
 		apiVersion: "v1", kind: "Secret", namespaced: true, nameFn: metavalidation.NameIsDNSSubdomain,
 		prepare: prepareSecret,
-		add:     appendTo(func(in *snapshot.Input) *[]corev1.Secret { return &in.Secrets }),
-		check:   func(in *snapshot.Input) field.ErrorList { return checkSecret(&in.Secrets[len(in.Secrets)-1]) },
+		decode:  decoder(func(in *snapshot.Input) *[]corev1.Secret { return &in.Secrets }, checkSecret),
 	},
 	{
 		apiVersion: "v1", kind: "Service", namespaced: true, nameFn: metavalidation.NameIsDNS1035Label,
-		add:   appendTo(func(in *snapshot.Input) *[]corev1.Service { return &in.Services }),
-		check: func(in *snapshot.Input) field.ErrorList { return checkService(&in.Services[len(in.Services)-1]) },
+		decode: decoder(func(in *snapshot.Input) *[]corev1.Service { return &in.Services }, checkService),
 	},
 	{
 		apiVersion: "v1", kind: "Namespace", nameFn: metavalidation.NameIsDNSLabel,
-		add: appendTo(func(in *snapshot.Input) *[]corev1.Namespace { return &in.Namespaces }),
+		decode: decoder(func(in *snapshot.Input) *[]corev1.Namespace { return &in.Namespaces }, nil),
 	},
 	{
 		apiVersion: "discovery.k8s.io/v1", kind: "EndpointSlice", namespaced: true, nameFn: metavalidation.NameIsDNSSubdomain,
-		add: appendTo(func(in *snapshot.Input) *[]discoveryv1.EndpointSlice { return &in.EndpointSlices }),
-		check: func(in *snapshot.Input) field.ErrorList {
-			return checkEndpointSlice(&in.EndpointSlices[len(in.EndpointSlices)-1])
-		},
+		decode: decoder(func(in *snapshot.Input) *[]discoveryv1.EndpointSlice { return &in.EndpointSlices }, checkEndpointSlice),
 	},
 	{
 		apiVersion: "networking.k8s.io/v1", kind: "Ingress", namespaced: true, nameFn: metavalidation.NameIsDNSSubdomain,
-		add: appendTo(func(in *snapshot.Input) *[]networkingv1.Ingress { return &in.Ingresses }),
+		decode: decoder(func(in *snapshot.Input) *[]networkingv1.Ingress { return &in.Ingresses }, nil),
 	},
 	{
 		apiVersion: "gateway.networking.k8s.io/v1", kind: "Gateway", namespaced: true, nameFn: metavalidation.NameIsDNSSubdomain,
-		add: appendTo(func(in *snapshot.Input) *[]gatewayv1.Gateway { return &in.APIGateways }),
+		decode: decoder(func(in *snapshot.Input) *[]gatewayv1.Gateway { return &in.APIGateways }, nil),
 	},
 	{
 		apiVersion: "gateway.networking.k8s.io/v1", kind: "HTTPRoute", namespaced: true, nameFn: metavalidation.NameIsDNSSubdomain,
-		add: appendTo(func(in *snapshot.Input) *[]gatewayv1.HTTPRoute { return &in.HTTPRoutes }),
+		decode: decoder(func(in *snapshot.Input) *[]gatewayv1.HTTPRoute { return &in.HTTPRoutes }, nil),
 	},
 }
 
@@ -105,39 +98,58 @@ func group(apiVersion string) string {
 	return g
 }
 
-// unknownKind explains an unsupported apiVersion/kind.
+// unknownKind explains an unsupported apiVersion/kind, listing the kinds of
+// the same group, or else the supported apiVersions.
 func unknownKind(apiVersion, kind string) string {
 	msg := fmt.Sprintf("unsupported kind %q in apiVersion %q", kind, apiVersion)
-	if kind == "List" || strings.HasSuffix(kind, "List") {
+	if strings.HasSuffix(kind, "List") {
 		return msg + "; lists are not read: write one resource per document, separated by \"---\" lines"
 	}
-	var same, groups []string
+	var versions, same []string
 	for _, k := range kinds {
+		if !slices.Contains(versions, k.apiVersion) {
+			versions = append(versions, k.apiVersion)
+		}
 		if group(k.apiVersion) == group(apiVersion) {
-			same = append(same, k.kind+" ("+k.apiVersion+")")
-		}
-		if g := k.apiVersion; len(groups) == 0 || groups[len(groups)-1] != g {
-			groups = append(groups, g)
+			same = append(same, k.kind)
 		}
 	}
-	if len(same) > 0 {
-		return msg + "; supported kinds of this group: " + strings.Join(same, ", ")
+	for _, v := range versions {
+		if group(v) == group(apiVersion) {
+			return msg + "; supported kinds of " + v + ": " + strings.Join(same, ", ")
+		}
 	}
-	return msg + "; supported apiVersions: " + strings.Join(groups, ", ")
+	return msg + "; supported apiVersions: " + strings.Join(versions, ", ")
 }
 
-// appendTo returns an add function for kinds stored in the slice list
-// selects.
-func appendTo[T any](list func(*snapshot.Input) *[]T) func([]byte, *snapshot.Input) ([]error, error) {
-	return func(raw []byte, in *snapshot.Input) ([]error, error) {
+// decoded is the outcome of decoding one object.
+type decoded struct {
+	// strict lists unknown and duplicate fields; err is a type error.
+	strict []error
+	err    error
+	// errs are the problems the kind's checks found in the decoded object.
+	errs field.ErrorList
+	// add appends the object to an Input; nil when it could not be decoded.
+	add func(in *snapshot.Input)
+}
+
+// decoder returns a decode function for kinds stored in the slice list
+// selects, checked by check (which may be nil).
+func decoder[T any](list func(*snapshot.Input) *[]T, check func(*T) field.ErrorList) func([]byte) decoded {
+	return func(raw []byte) decoded {
 		var obj T
-		strict, err := unmarshalStrict(raw, &obj)
-		if err != nil || len(strict) > 0 {
-			return strict, err
+		strict, err := kjson.UnmarshalStrict(raw, &obj)
+		if err != nil {
+			return decoded{strict: strict, err: err}
 		}
-		p := list(in)
-		*p = append(*p, obj)
-		return nil, nil
+		d := decoded{strict: strict, add: func(in *snapshot.Input) {
+			p := list(in)
+			*p = append(*p, obj)
+		}}
+		if check != nil {
+			d.errs = check(&obj)
+		}
+		return d
 	}
 }
 

@@ -3,6 +3,7 @@ package loader
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -114,10 +115,15 @@ func (r *Result) add(v *schema.Validator, seen map[identity]manifest.Document, d
 	var obj map[string]any
 	ref := doc.Ref()
 	if spec.crd {
-		obj, diags = v.ValidateDocument(doc)
-		if namespaced, _ := v.Scope(doc.APIVersion, doc.Kind); namespaced && ref.Namespace == "" {
+		namespaced, _ := v.Scope(doc.APIVersion, doc.Kind)
+		var ignored diag.List
+		doc, ignored = clusterScoped(doc, namespaced)
+		ref = doc.Ref()
+		if namespaced && ref.Namespace == "" {
 			ref.Namespace = schema.DefaultNamespace
 		}
+		obj, diags = v.ValidateDocument(doc)
+		diags = append(ignored, diags...)
 	} else {
 		obj, ref, diags = checkBuiltin(spec, doc)
 	}
@@ -135,34 +141,53 @@ func (r *Result) add(v *schema.Validator, seen map[identity]manifest.Document, d
 	}
 	seen[id] = doc
 	r.docs[ref] = doc
-	if diags.HasErrors() || obj == nil {
+	if obj == nil {
 		return diags
 	}
 
+	// Decode even when validation found errors, so every problem of the
+	// document is reported in one go; keep the object only when there are
+	// none.
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		diags.Errorf(ref, "", "encode: %v", err)
 		diags[len(diags)-1].Pos = doc.Pos
 		return diags
 	}
-	var errs field.ErrorList
-	strict, err := spec.add(raw, r.Input)
-	for _, e := range strict {
-		errs = append(errs, unknownField(e))
+	dec := spec.decode(raw)
+	for _, e := range dec.strict {
+		f, msg := unknownField(e)
+		diags = append(diags, diag.Diagnostic{Severity: diag.Error, Resource: ref, Field: f, Message: msg, Pos: doc.Position(f)})
 	}
-	if err != nil {
-		errs = append(errs, typeError(err, obj))
+	if dec.err != nil {
+		diags = append(diags, fieldDiag(doc, ref, typeError(dec.err, obj)))
 	}
-	if len(errs) == 0 && spec.check != nil {
-		errs = spec.check(r.Input)
-		if len(errs) > 0 {
-			removeLast(r.Input, spec)
-		}
-	}
-	for _, e := range errs {
+	for _, e := range dec.errs {
 		diags = append(diags, fieldDiag(doc, ref, e))
 	}
+	if !diags.HasErrors() && dec.add != nil {
+		dec.add(r.Input)
+	}
 	return diags
+}
+
+// clusterScoped drops metadata.namespace from a document of a
+// cluster-scoped kind, with a warning, as the apiserver ignores it.
+func clusterScoped(doc manifest.Document, namespaced bool) (manifest.Document, diag.List) {
+	if namespaced || doc.Namespace == "" {
+		return doc, nil
+	}
+	var diags diag.List
+	diags.Warnf(diag.Ref{Kind: doc.Kind, Name: doc.Name}, "metadata.namespace", "ignored: %s is cluster-scoped", doc.Kind)
+	diags[0].Pos = doc.Position("metadata.namespace")
+	obj := maps.Clone(doc.Object)
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		md = maps.Clone(md)
+		delete(md, "namespace")
+		obj["metadata"] = md
+	}
+	doc.Object, doc.Namespace = obj, ""
+	return doc, diags
 }
 
 // checkBuiltin does for a core or Gateway API object what the apiserver's
@@ -206,20 +231,6 @@ func checkBuiltin(spec *kindSpec, doc manifest.Document) (map[string]any, diag.R
 	return obj, ref, diags
 }
 
-// removeLast drops the object add appended last, when check rejects it.
-func removeLast(in *snapshot.Input, spec *kindSpec) {
-	switch spec.kind {
-	case "Secret":
-		in.Secrets = in.Secrets[:len(in.Secrets)-1]
-	case "Service":
-		in.Services = in.Services[:len(in.Services)-1]
-	case "EndpointSlice":
-		in.EndpointSlices = in.EndpointSlices[:len(in.EndpointSlices)-1]
-	default:
-		panic("loader: no removeLast for kind " + spec.kind)
-	}
-}
-
 // fieldDiag turns a field error into an error diagnostic at the line of its
 // field.
 func fieldDiag(doc manifest.Document, ref diag.Ref, e *field.Error) diag.Diagnostic {
@@ -233,17 +244,18 @@ func fieldDiag(doc manifest.Document, ref diag.Ref, e *field.Error) diag.Diagnos
 // unknownFieldRE matches sigs.k8s.io/json's strict-decoding errors.
 var unknownFieldRE = regexp.MustCompile(`^unknown field "(.*)"$`)
 
-// unknownField turns a strict-decoding error into a field error.
-func unknownField(err error) *field.Error {
-	msg := err.Error()
+// unknownField returns the field and the message of a strict-decoding
+// error, worded as package schema words unknown fields.
+func unknownField(err error) (fieldPath, msg string) {
+	msg = err.Error()
 	if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
-		return &field.Error{Type: field.ErrorTypeNotSupported, Field: m[1], Detail: fmt.Sprintf("unknown field %q", m[1])}
+		return m[1], fmt.Sprintf("unknown field %q", m[1])
 	}
 	if _, rest, ok := strings.Cut(msg, `duplicate field "`); ok {
 		f := strings.TrimSuffix(rest, `"`)
-		return &field.Error{Type: field.ErrorTypeDuplicate, Field: f, Detail: fmt.Sprintf("duplicate field %q", f)}
+		return f, fmt.Sprintf("duplicate field %q", f)
 	}
-	return field.Invalid(nil, nil, msg)
+	return "", msg
 }
 
 // typeErrorRE matches encoding/json type errors as sigs.k8s.io/json words
@@ -259,34 +271,35 @@ func typeError(err error, obj map[string]any) *field.Error {
 	if m == nil {
 		return field.Invalid(nil, nil, strings.TrimPrefix(err.Error(), "json: "))
 	}
-	path := m[2]
-	if p, ok := findTyped(obj, strings.Split(path, "."), "", m[1]); ok {
-		path = p
+	path, value := m[2], any(m[1])
+	if p, v, ok := findTyped(obj, strings.Split(path, "."), "", m[1]); ok {
+		path, value = p, v
 	}
-	return &field.Error{Type: field.ErrorTypeTypeInvalid, Field: path, Detail: fmt.Sprintf("must be of type %s, not %s", m[3], m[1])}
+	// One segment holding the whole path: field.Error keeps it as it is.
+	return field.TypeInvalid(field.NewPath(path), value, "must be of type "+m[3])
 }
 
 // findTyped walks segs through v, trying every element of lists, and
-// returns the full path of the first value of JSON type want.
-func findTyped(v any, segs []string, prefix, want string) (string, bool) {
-	if list, ok := v.([]any); ok {
+// returns the full path and the value of the first value of JSON type want.
+func findTyped(v any, segs []string, prefix, want string) (string, any, bool) {
+	if list, ok := v.([]any); ok && (len(segs) > 0 || want != "array") {
 		for i, e := range list {
-			if p, ok := findTyped(e, segs, prefix+"["+strconv.Itoa(i)+"]", want); ok {
-				return p, true
+			if p, val, ok := findTyped(e, segs, prefix+"["+strconv.Itoa(i)+"]", want); ok {
+				return p, val, true
 			}
 		}
-		return "", false
+		return "", nil, false
 	}
 	if len(segs) == 0 {
-		return prefix, jsonType(v) == want
+		return prefix, v, jsonType(v) == want
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
 	next, ok := m[segs[0]]
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
 	p := segs[0]
 	if prefix != "" {
@@ -311,13 +324,6 @@ func jsonType(v any) string {
 	default:
 		return "number"
 	}
-}
-
-// unmarshalStrict decodes JSON as the apiserver does (case-sensitive field
-// names, integers kept) and returns unknown and duplicate fields apart from
-// other errors.
-func unmarshalStrict(raw []byte, into any) ([]error, error) {
-	return kjson.UnmarshalStrict(raw, into)
 }
 
 // copyJSON deep-copies obj through JSON.

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+)
+
+// planRow is one entry of the plan as novaedgectl shows it.
+type planRow struct {
+	VIP       string   `json:"vip"`
+	Address   string   `json:"address"`
+	Port      uint32   `json:"port"`
+	Protocol  string   `json:"protocol"`
+	Path      string   `json:"path"`
+	Listener  string   `json:"listener"`
+	Reasons   []string `json:"reasons"`
+	Endpoints []string `json:"endpoints,omitempty"`
+}
+
+// planRows converts the snapshot's plan, keeping its order (by address,
+// port, protocol).
+func planRows(plan []*pb.PlanEntry) []planRow {
+	rows := make([]planRow, 0, len(plan))
+	for _, e := range plan {
+		r := planRow{
+			VIP:      e.GetVip(),
+			Address:  e.GetAddress(),
+			Port:     e.GetPort(),
+			Protocol: protocolName(e.GetProtocol()),
+			Path:     pathName(e.GetPath()),
+			Listener: e.GetListener(),
+			Reasons:  e.GetReasons(),
+		}
+		if r.Reasons == nil {
+			r.Reasons = []string{}
+		}
+		for _, ep := range e.GetEndpoints() {
+			r.Endpoints = append(r.Endpoints, fmt.Sprintf("%s w=%d %s", hostPort(ep.GetAddress(), ep.GetPort()), ep.GetWeight(), endpointState(ep.GetState())))
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func protocolName(p pb.L4Protocol) string {
+	switch p {
+	case pb.L4Protocol_L4_PROTOCOL_TCP:
+		return "tcp"
+	case pb.L4Protocol_L4_PROTOCOL_UDP:
+		return "udp"
+	default:
+		return "?"
+	}
+}
+
+func pathName(p pb.DataPath) string {
+	switch p {
+	case pb.DataPath_DATA_PATH_FAST:
+		return "FAST"
+	case pb.DataPath_DATA_PATH_SLOW:
+		return "SLOW"
+	default:
+		return "-"
+	}
+}
+
+func endpointState(s pb.EndpointState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "ENDPOINT_STATE_"))
+}
+
+// hostPort formats address:port, bracketing IPv6 addresses.
+func hostPort(addr string, port uint32) string {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() {
+		return "[" + addr + "]:" + strconv.FormatUint(uint64(port), 10)
+	}
+	return addr + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// writePlanTable prints the plan: one line per VIP address:port/protocol,
+// with the reasons for its path.
+func writePlanTable(w io.Writer, rows []planRow) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "plan: nothing is served (no listener has an address and a route)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VIP\tADDRESS\tPATH\tLISTENER\tREASONS")
+	for _, r := range rows {
+		vip := r.VIP
+		if vip == "" {
+			vip = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", vip, hostPort(r.Address, r.Port), r.Protocol, r.Path, r.Listener, strings.Join(r.Reasons, "; "))
+	}
+	return tw.Flush()
+}
