@@ -40,7 +40,7 @@ func (o *options) agentCall(ctx context.Context, fn func(context.Context, pb.Age
 	if err != nil {
 		return fmt.Errorf("connect to agent at %s: %w", path, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	if err := fn(ctx, pb.NewAgentAdminClient(conn)); err != nil {
@@ -156,8 +156,12 @@ func writeStatus(w io.Writer, st *pb.AgentStatus, now time.Time) error {
 		{"Bound addresses", bound},
 		{"Last rejected", lastErr},
 	}
+	p := &printer{w: tw}
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+		p.printf("%s:\t%s\n", r[0], r[1])
+	}
+	if p.err != nil {
+		return p.err
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -165,14 +169,18 @@ func writeStatus(w io.Writer, st *pb.AgentStatus, now time.Time) error {
 	if len(st.GetFeatures()) == 0 {
 		return nil
 	}
-	fmt.Fprintln(w, "\nKernel features:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p = &printer{w: tw}
+	p.println("\nKernel features:")
 	for _, f := range st.GetFeatures() {
 		avail := "available"
 		if !f.GetAvailable() {
 			avail = "MISSING"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.GetName(), avail, f.GetDetail())
+		p.printf("  %s\t%s\t%s\n", f.GetName(), avail, f.GetDetail())
+	}
+	if p.err != nil {
+		return p.err
 	}
 	return tw.Flush()
 }
@@ -233,7 +241,7 @@ proxy (HTTP routing, TLS termination, SNI routing, policies), with the reasons.`
 					return err
 				}
 				if endpoints {
-					writePlanEndpoints(w, rows)
+					return writePlanEndpoints(w, rows)
 				}
 				return nil
 			})
@@ -244,16 +252,18 @@ proxy (HTTP routing, TLS termination, SNI routing, policies), with the reasons.`
 	return cmd
 }
 
-func writePlanEndpoints(w io.Writer, rows []planRow) {
+func writePlanEndpoints(w io.Writer, rows []planRow) error {
+	p := &printer{w: w}
 	for _, r := range rows {
 		if len(r.Endpoints) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s/%s endpoints:\n", hostPort(r.Address, r.Port), r.Protocol)
+		p.printf("\n%s/%s endpoints:\n", hostPort(r.Address, r.Port), r.Protocol)
 		for _, e := range r.Endpoints {
-			fmt.Fprintf(w, "  %s\n", e)
+			p.printf("  %s\n", e)
 		}
 	}
+	return p.err
 }
 
 func newErrorsCommand(o *options) *cobra.Command {
@@ -303,22 +313,23 @@ func fromProto(ps []*pb.Diagnostic) diag.List {
 }
 
 func writeErrors(w io.Writer, applied, rejected diag.List, rejectedErr string) error {
-	fmt.Fprintf(w, "Served configuration: %s, %s\n", plural(len(applied.Errors()), "error"), plural(len(applied.Warnings()), "warning"))
+	p := &printer{w: w}
+	p.printf("Served configuration: %s, %s\n", plural(len(applied.Errors()), "error"), plural(len(applied.Warnings()), "warning"))
 	for _, d := range applied {
-		fmt.Fprintf(w, "  %s\n", d)
+		p.printf("  %s\n", d)
 	}
 	if len(rejected) == 0 && rejectedErr == "" {
-		_, err := fmt.Fprintln(w, "Last rejected configuration: none")
-		return err
+		p.println("Last rejected configuration: none")
+		return p.err
 	}
-	fmt.Fprintln(w, "Last rejected configuration (the served one above was kept):")
+	p.println("Last rejected configuration (the served one above was kept):")
 	if rejectedErr != "" {
-		fmt.Fprintf(w, "  %s\n", rejectedErr)
+		p.printf("  %s\n", rejectedErr)
 	}
 	for _, d := range rejected {
-		fmt.Fprintf(w, "  %s\n", d)
+		p.printf("  %s\n", d)
 	}
-	return nil
+	return p.err
 }
 
 func newReloadCommand(o *options) *cobra.Command {
@@ -346,7 +357,9 @@ or the agent could not be asked.`,
 						return err
 					}
 				} else if r.GetApplied() {
-					fmt.Fprintf(w, "applied version %d\n", r.GetVersion())
+					if _, err := fmt.Fprintf(w, "applied version %d\n", r.GetVersion()); err != nil {
+						return err
+					}
 				}
 				if !r.GetApplied() {
 					msg := r.GetError()

@@ -155,7 +155,7 @@ func TestAgentUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	ln.Close()
+	_ = ln.Close()
 	code, _, errOut = run("status", "--socket", sock, "--timeout", "2s")
 	if code != ExitFailure || !strings.Contains(errOut, "agent at "+sock) {
 		t.Errorf("exit %d, stderr %q", code, errOut)

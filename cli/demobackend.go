@@ -7,9 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,13 +31,15 @@ func newDemoBackendCommand() *cobra.Command {
                   so health checks on any path succeed.
   --tcp:          a TCP echo server: every connection gets back what it sends.
 
-It runs until SIGINT or SIGTERM.`,
+It runs until interrupted (SIGINT) or terminated (SIGTERM).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if name == "" {
 				name = listen
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			// SIGTERM keeps its default action (exit at once), which is all a
+			// demo server needs; SIGINT (Ctrl-C) shuts down gracefully.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -61,7 +63,7 @@ func serveHello(ctx context.Context, ln net.Listener, name string) error {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			fmt.Fprintf(w, "hello from %s\n", name)
+			_, _ = fmt.Fprintf(w, "hello from %s\n", name) // a client that went away
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -84,10 +86,10 @@ func serveEcho(ctx context.Context, ln net.Listener) error {
 	conns := map[net.Conn]struct{}{}
 	go func() {
 		<-ctx.Done()
-		ln.Close()
+		_ = ln.Close()
 		mu.Lock()
 		for c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 		mu.Unlock()
 	}()
@@ -108,7 +110,7 @@ func serveEcho(ctx context.Context, ln net.Listener) error {
 				mu.Lock()
 				delete(conns, c)
 				mu.Unlock()
-				c.Close()
+				_ = c.Close()
 			}()
 			_, _ = io.Copy(c, c)
 		})

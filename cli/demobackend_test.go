@@ -30,7 +30,7 @@ func TestDemoBackendHTTP(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || string(body) != "hello from web-1\n" {
 			t.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
 		}
@@ -55,7 +55,7 @@ func TestDemoBackendEcho(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if _, err := io.WriteString(c, "ping\n"); err != nil {
 		t.Fatal(err)
 	}

@@ -90,13 +90,17 @@ func writePlanTable(w io.Writer, rows []planRow) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VIP\tADDRESS\tPATH\tLISTENER\tREASONS")
+	p := &printer{w: tw}
+	p.println("VIP\tADDRESS\tPATH\tLISTENER\tREASONS")
 	for _, r := range rows {
 		vip := r.VIP
 		if vip == "" {
 			vip = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", vip, hostPort(r.Address, r.Port), r.Protocol, r.Path, r.Listener, strings.Join(r.Reasons, "; "))
+		p.printf("%s\t%s/%s\t%s\t%s\t%s\n", vip, hostPort(r.Address, r.Port), r.Protocol, r.Path, r.Listener, strings.Join(r.Reasons, "; "))
+	}
+	if p.err != nil {
+		return p.err
 	}
 	return tw.Flush()
 }

@@ -70,9 +70,10 @@ func Execute(args []string, stdout, stderr io.Writer, version string) int {
 		code = ExitUsage
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "novaedgectl: %v\n", err)
+		// Nothing is left to tell a caller whose stderr fails.
+		_, _ = fmt.Fprintf(stderr, "novaedgectl: %v\n", err)
 		if code == ExitUsage {
-			fmt.Fprintln(stderr, "Run 'novaedgectl --help' for usage.")
+			_, _ = fmt.Fprintln(stderr, "Run 'novaedgectl --help' for usage.")
 		}
 	}
 	return code

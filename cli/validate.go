@@ -120,19 +120,23 @@ func runValidate(w io.Writer, paths []string, node, output string, showPlan bool
 			return err
 		}
 	default:
+		p := &printer{w: w}
 		for _, d := range diags {
-			fmt.Fprintln(w, d.String())
+			p.println(d.String())
 		}
 		if showPlan {
 			if len(diags) > 0 {
-				fmt.Fprintln(w)
+				p.println()
 			}
-			if err := writePlanTable(w, plan); err != nil {
-				return err
+			if p.err == nil {
+				p.err = writePlanTable(w, plan)
 			}
-			fmt.Fprintln(w)
+			p.println()
 		}
-		fmt.Fprintf(w, "%s, %s\n", plural(nerr, "error"), plural(nwarn, "warning"))
+		p.printf("%s, %s\n", plural(nerr, "error"), plural(nwarn, "warning"))
+		if p.err != nil {
+			return p.err
+		}
 	}
 	if nerr > 0 {
 		return &exitError{code: ExitFailure}
