@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,22 +61,33 @@ func (o *options) agentCall(ctx context.Context, fn func(context.Context, pb.Age
 	return nil
 }
 
-var protoJSON = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
+var protoJSON = protojson.MarshalOptions{UseProtoNames: true}
 
-// writeProto prints m as protojson, or as YAML converted from it.
+// writeProto prints m as protojson, or as YAML converted from it. The JSON
+// is re-indented with encoding/json, because protojson varies its
+// whitespace on purpose and scripts diff this output.
 func writeProto(w io.Writer, m proto.Message, format string) error {
-	out, err := protoJSON.Marshal(m)
+	raw, err := protoJSON.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", m.ProtoReflect().Descriptor().Name(), err)
 	}
 	if format == "yaml" {
-		if out, err = yaml.JSONToYAML(out); err != nil {
+		out, err := yaml.JSONToYAML(raw)
+		if err != nil {
 			return fmt.Errorf("convert to YAML: %w", err)
 		}
 		_, err = w.Write(out)
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", out)
+	var compact, out bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return fmt.Errorf("reformat JSON: %w", err)
+	}
+	if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
+		return fmt.Errorf("reformat JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }
 
