@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/novaedge/novaedge/deploy/examples"
 	"github.com/novaedge/novaedge/diag"
 	"github.com/novaedge/novaedge/manifest"
 	"github.com/novaedge/novaedge/snapshot"
@@ -252,4 +253,14 @@ func FuzzFromDocuments(f *testing.F) {
 		}
 		res.Locate(diags)
 	})
+}
+
+// TestEmbeddedExample loads the embedded copy the agent uses as its
+// default, through FromDocuments.
+func TestEmbeddedExample(t *testing.T) {
+	docs, diags := manifest.Parse(examples.StandaloneName, examples.Standalone)
+	res, more := FromDocuments(docs)
+	if all := append(diags, more...); len(all) != 0 || len(res.Input.VIPs) != 1 || len(res.Input.Backends) != 3 {
+		t.Errorf("embedded example: %d VIPs, %d backends, diagnostics %v", len(res.Input.VIPs), len(res.Input.Backends), lines(all))
+	}
 }
