@@ -141,13 +141,12 @@ func (r *Result) add(v *schema.Validator, seen map[identity]manifest.Document, d
 	}
 	seen[id] = doc
 	r.docs[ref] = doc
-	if obj == nil {
+	// The schema has reported every problem of a NovaEdge resource, types
+	// included. Other kinds are decoded even with metadata errors, so every
+	// problem is reported in one go; the object is kept only without errors.
+	if obj == nil || (spec.crd && diags.HasErrors()) {
 		return diags
 	}
-
-	// Decode even when validation found errors, so every problem of the
-	// document is reported in one go; keep the object only when there are
-	// none.
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		diags.Errorf(ref, "", "encode: %v", err)

@@ -96,6 +96,8 @@ func TestLoad(t *testing.T) {
 				"testdata/crd-errors.yaml:17: error: ProxyGateway default/port-range: spec.listeners[0].port: Invalid value: 70000: spec.listeners[0].port in body should be less than or equal to 65535",
 				`testdata/crd-errors.yaml:27: error: ProxyIPPool bad-cidr: spec.cidrs[1]: Invalid value: "10.300.0.0/24": must be a CIDR with no host bits set, e.g. 10.200.0.0/24`,
 				"testdata/crd-errors.yaml:33: error: ProxyVIP cel: spec.bgpConfig: Invalid value: bgpConfig is required when mode is BGP",
+				"testdata/crd-errors.yaml:45: warning: ProxyGateway default/types: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+				`testdata/crd-errors.yaml:52: error: ProxyGateway default/types: spec.listeners[0].port: Invalid value: "string": spec.listeners[0].port in body must be of type integer: "string"`,
 			},
 			kept: map[string]int{"ProxyBackend": 1},
 		},
