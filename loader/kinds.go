@@ -170,8 +170,8 @@ func prepareSecret(obj map[string]any) field.ErrorList {
 		}
 	}
 	sd, ok := obj["stringData"].(map[string]any)
-	if !ok {
-		return errs
+	if _, isMap := obj["data"].(map[string]any); !ok || (obj["data"] != nil && !isMap) {
+		return errs // nothing to merge, or data is malformed: the decoder reports it
 	}
 	if data == nil {
 		data = map[string]any{}

@@ -275,7 +275,44 @@ func typeError(err error, obj map[string]any) *field.Error {
 		path, value = p, v
 	}
 	// One segment holding the whole path: field.Error keeps it as it is.
-	return field.TypeInvalid(field.NewPath(path), value, "must be of type "+m[3])
+	detail := "must not be " + article(m[1])
+	if t := jsonTypeOf(m[3]); t != "" {
+		detail = "must be of type " + t
+	}
+	return field.TypeInvalid(field.NewPath(path), value, detail)
+}
+
+// article prefixes a JSON type name with "a" or "an".
+func article(jsonType string) string {
+	if strings.ContainsAny(jsonType[:1], "aeiou") {
+		return "an " + jsonType
+	}
+	return "a " + jsonType
+}
+
+// jsonTypeOf names a Go type as the JSON a user writes for it, or returns
+// "" when it cannot tell.
+func jsonTypeOf(goType string) string {
+	switch t := strings.TrimPrefix(goType, "*"); {
+	case t == "[]uint8":
+		return "string (base64)"
+	case strings.HasPrefix(t, "map["):
+		return "object"
+	case strings.HasPrefix(t, "[]"):
+		return "array"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "integer"
+	case strings.HasPrefix(t, "float"):
+		return "number"
+	case t == "string":
+		return "string"
+	case t == "bool":
+		return "boolean"
+	case t == "intstr.IntOrString":
+		return "integer or string"
+	default:
+		return "" // a named type: its JSON form is not known here
+	}
 }
 
 // findTyped walks segs through v, trying every element of lists, and
