@@ -104,3 +104,9 @@ func writePlanTable(w io.Writer, rows []planRow) error {
 	}
 	return tw.Flush()
 }
+
+// WritePlan prints a snapshot's plan as `novaedgectl plan` does; the agent's
+// --dry-run uses it.
+func WritePlan(w io.Writer, plan []*pb.PlanEntry) error {
+	return writePlanTable(w, planRows(plan))
+}

@@ -1,0 +1,467 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaedge/novaedge/diag"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/kernel"
+	"github.com/novaedge/novaedge/snapshot"
+)
+
+// ErrNotRunning is returned by Reload when Run has not started or has ended.
+var ErrNotRunning = errors.New("agent is not running")
+
+// Applier turns snapshots into running state for one part of the node (VIP
+// addresses, the slow path's listeners, the fast path's maps).
+type Applier interface {
+	// Name identifies the applier in logs, errors and metrics.
+	Name() string
+	// Compile checks snap and builds what Apply switches to, without
+	// changing anything that runs. An error rejects the whole snapshot.
+	Compile(snap *pb.ConfigSnapshot) (Change, error)
+}
+
+// Change is a compiled snapshot, ready to be switched to.
+type Change interface {
+	// Apply switches to the compiled state. An error means the switch was
+	// incomplete: the snapshot is in service, and the error is reported
+	// (status, metrics) until a later Apply succeeds.
+	Apply(ctx context.Context) error
+}
+
+// ChangeFunc adapts a function to Change.
+type ChangeFunc func(ctx context.Context) error
+
+// Apply calls f.
+func (f ChangeFunc) Apply(ctx context.Context) error { return f(ctx) }
+
+// State is the configuration in service. It is never modified once
+// published; a change publishes a new State.
+type State struct {
+	// Snapshot in service, with its version and diagnostics.
+	Snapshot *pb.ConfigSnapshot
+	// Diagnostics of the served configuration: warnings, and errors of
+	// resources that were left out (possible only for the first
+	// configuration after a start, see Options.StrictReload).
+	Diagnostics diag.List
+	// AppliedAt is when it was switched to.
+	AppliedAt time.Time
+	// Restored is true when Snapshot is the last good configuration read
+	// back from the state directory, because the configuration the agent
+	// read at start had errors.
+	Restored bool
+	// ApplyErrors are appliers that could not switch completely, as
+	// "name: error".
+	ApplyErrors []string
+}
+
+// version returns the version in service, 0 for a nil State.
+func (s *State) version() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.Snapshot.GetVersion()
+}
+
+// Rejection is the last configuration that was not applied.
+type Rejection struct {
+	Diagnostics diag.List
+	Err         error
+	At          time.Time
+}
+
+// Outcome is the result of a reload.
+type Outcome struct {
+	// Applied is true when the configuration read is in service: a new
+	// version, or the same content as before (Unchanged).
+	Applied   bool
+	Unchanged bool
+	// Version in service afterwards.
+	Version uint64
+	// Err says why the configuration was rejected (Applied is false).
+	Err error
+}
+
+// Options configure an Agent.
+type Options struct {
+	// Source offers configurations. Required.
+	Source Source
+	// Appliers switch the node to a snapshot, in this order.
+	Appliers []Applier
+	// StrictReload rejects a configuration with any error once a
+	// configuration is in service, so a bad edit never takes a resource
+	// away. The first configuration after a start is served without its
+	// bad resources (or replaced by the cached last good one, see
+	// StateDir). The standalone agent sets it; a controller's snapshots
+	// have already been decided on.
+	StrictReload bool
+	// StateDir keeps the last applied snapshot across restarts. Empty: no
+	// cache.
+	StateDir string
+	// NodeName is the node's name, for status.
+	NodeName string
+	// Version is the agent's version, for status and metrics.
+	Version string
+	// Features are the kernel features probed at start.
+	Features []kernel.Feature
+	// BoundAddresses lists the Local VIP addresses bound on the host, for
+	// status. Nil: none.
+	BoundAddresses func() []string
+	// Registry receives the agent's metrics. Nil: a new registry with the
+	// Go and process collectors.
+	Registry *prometheus.Registry
+	// Logger logs changes and problems. Nil: discard.
+	Logger *slog.Logger
+	// Now returns the time. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Agent runs the pipeline.
+type Agent struct {
+	opts     Options
+	log      *slog.Logger
+	now      func() time.Time
+	started  time.Time
+	cache    *cache
+	metrics  *metrics
+	state    atomic.Pointer[State]
+	rejected atomic.Pointer[Rejection]
+	reqs     chan request
+
+	// Owned by the Run goroutine.
+	lastVersion uint64
+
+	runMu   sync.Mutex
+	running bool
+	done    chan struct{}
+}
+
+type request struct {
+	reason string
+	reply  chan Outcome
+}
+
+// New returns an agent; Run starts it.
+func New(opts Options) (*Agent, error) {
+	if opts.Source == nil {
+		return nil, errors.New("agent: no configuration source")
+	}
+	a := &Agent{
+		opts: opts,
+		log:  opts.Logger,
+		now:  opts.Now,
+		reqs: make(chan request),
+		done: make(chan struct{}),
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	a.started = a.now()
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(reg, opts.Version, opts.Features)
+	if err != nil {
+		return nil, err
+	}
+	a.metrics = m
+	if opts.StateDir != "" {
+		a.cache = &cache{dir: opts.StateDir}
+	}
+	return a, nil
+}
+
+// State returns the configuration in service, or nil before the first.
+func (a *Agent) State() *State { return a.state.Load() }
+
+// Rejected returns the last rejected configuration, or nil when the last
+// attempt succeeded.
+func (a *Agent) Rejected() *Rejection { return a.rejected.Load() }
+
+// Ready reports whether a configuration is in service.
+func (a *Agent) Ready() bool { return a.state.Load() != nil }
+
+// Registry returns the registry the agent's metrics are in.
+func (a *Agent) Registry() *prometheus.Registry { return a.metrics.reg }
+
+// Run loads the configuration, applies it, then applies every change the
+// source reports and every Reload, one at a time, until ctx ends. It
+// returns nil when ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	a.runMu.Lock()
+	if a.running {
+		a.runMu.Unlock()
+		return errors.New("agent: Run called twice")
+	}
+	a.running = true
+	a.runMu.Unlock()
+	defer close(a.done)
+
+	a.start(ctx)
+
+	changes := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		err := a.opts.Source.Watch(watchCtx, func() {
+			select {
+			case changes <- struct{}{}:
+			default: // a reload is already pending; it reads the latest files
+			}
+		})
+		if err != nil {
+			a.log.Error("configuration changes are no longer noticed; reload with SIGHUP or novaedgectl reload", "error", err)
+		}
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+			a.reload(ctx, "files changed")
+		case req := <-a.reqs:
+			req.reply <- a.reload(ctx, req.reason)
+		}
+	}
+}
+
+// Reload reads the configuration now and applies it, as when the source
+// reports a change; reason is logged. It waits for the outcome.
+func (a *Agent) Reload(ctx context.Context, reason string) (Outcome, error) {
+	req := request{reason: reason, reply: make(chan Outcome, 1)}
+	select {
+	case a.reqs <- req:
+	case <-a.done:
+		return Outcome{}, ErrNotRunning
+	case <-ctx.Done():
+		return Outcome{}, ctx.Err()
+	}
+	select {
+	case out := <-req.reply:
+		return out, nil
+	case <-ctx.Done():
+		return Outcome{}, ctx.Err()
+	}
+}
+
+// start applies the first configuration: the source's, or the cached last
+// good one when the source's has errors and the cache was written for the
+// same source and node.
+func (a *Agent) start(ctx context.Context) {
+	var cached *cacheEntry
+	if a.cache != nil {
+		c, err := a.cache.load()
+		switch {
+		case err != nil:
+			a.log.Warn("ignoring the cached configuration", "error", err)
+		case c != nil:
+			cached = c
+			a.lastVersion = c.Snapshot.GetVersion()
+		}
+	}
+	cand := a.opts.Source.Load()
+	errs := cand.Diagnostics.Errors()
+	if len(errs) > 0 && a.opts.StrictReload && cached != nil && cached.matches(a.opts.Source, a.opts.NodeName) {
+		a.logProblems(errs)
+		err := fmt.Errorf("configuration has %s; serving the last good configuration (version %d, applied %s) from %s",
+			count(len(errs), "error"), cached.Snapshot.GetVersion(), cached.AppliedAt.Format(time.RFC3339), a.cache.path())
+		a.log.Error("configuration rejected; serving the last good configuration from the state directory", "errors", len(errs),
+			"version", cached.Snapshot.GetVersion(), "file", a.cache.path())
+		// Rejected before the state is published, so whoever sees the
+		// restored state also sees why.
+		a.reject(cand.Diagnostics, err)
+		restored := Candidate{Snapshot: cached.Snapshot, Diagnostics: diagsFromProto(cached.Snapshot.GetDiagnostics())}
+		if out := a.switchTo(ctx, restored, "restored from cache", true); out.Err != nil {
+			a.log.Error("the cached configuration does not apply either; serving the valid part of the files", "error", out.Err)
+			a.switchTo(ctx, cand, "start", false)
+		}
+		return
+	}
+	if len(errs) > 0 {
+		a.logProblems(errs)
+		a.log.Warn("serving the configuration without the resources that have errors; fix them and reload", "errors", len(errs))
+	}
+	a.switchTo(ctx, cand, "start", false)
+}
+
+// reload reads the source and applies what it offers.
+func (a *Agent) reload(ctx context.Context, reason string) Outcome {
+	cand := a.opts.Source.Load()
+	cur := a.state.Load()
+	if errs := cand.Diagnostics.Errors(); len(errs) > 0 && a.opts.StrictReload && cur != nil {
+		a.logProblems(errs)
+		err := fmt.Errorf("configuration has %s; still serving version %d", count(len(errs), "error"), cur.Snapshot.GetVersion())
+		a.log.Error("configuration rejected; the last good configuration keeps serving", "reason", reason,
+			"errors", len(errs), "version", cur.Snapshot.GetVersion())
+		a.reject(cand.Diagnostics, err)
+		return Outcome{Version: cur.Snapshot.GetVersion(), Err: err}
+	}
+	return a.switchTo(ctx, cand, reason, false)
+}
+
+// switchTo compiles cand with every applier and, if all succeed, applies
+// and publishes it.
+func (a *Agent) switchTo(ctx context.Context, cand Candidate, reason string, restored bool) Outcome {
+	cur := a.state.Load()
+	snap := proto.CloneOf(cand.Snapshot)
+	snap.ContentHash = snapshot.ContentHash(snap)
+	snap.Diagnostics = diagsToProto(cand.Diagnostics)
+
+	if cur != nil && cur.Snapshot.GetContentHash() == snap.GetContentHash() && !restored {
+		// Same configuration; diagnostics (positions, warnings) may differ.
+		a.rejected.Store(nil)
+		if slices.Equal(cur.Diagnostics, cand.Diagnostics) && !cur.Restored {
+			a.metrics.observe(cur, "unchanged")
+			return Outcome{Applied: true, Unchanged: true, Version: cur.Snapshot.GetVersion()}
+		}
+		next := *cur
+		next.Snapshot = proto.CloneOf(cur.Snapshot)
+		next.Snapshot.Diagnostics = snap.Diagnostics
+		next.Diagnostics = cand.Diagnostics
+		next.Restored = false
+		a.state.Store(&next)
+		a.rejected.Store(nil)
+		a.metrics.observe(&next, "unchanged")
+		a.log.Debug("configuration unchanged", "reason", reason, "version", cur.Snapshot.GetVersion())
+		return Outcome{Applied: true, Unchanged: true, Version: cur.Snapshot.GetVersion()}
+	}
+
+	switch {
+	case restored:
+		// Keep the cached version.
+	case snap.GetVersion() == 0:
+		// Standalone: count applied configurations. A rejected one uses
+		// no number, so versions in service have no gaps.
+		snap.Version = a.lastVersion + 1
+	case cur != nil && snap.GetVersion() <= cur.Snapshot.GetVersion():
+		err := fmt.Errorf("snapshot version %d is not newer than version %d in service", snap.GetVersion(), cur.Snapshot.GetVersion())
+		a.reject(cand.Diagnostics, err)
+		return Outcome{Version: cur.Snapshot.GetVersion(), Err: err}
+	}
+
+	changes := make([]Change, 0, len(a.opts.Appliers))
+	for _, ap := range a.opts.Appliers {
+		c, err := ap.Compile(snap)
+		if err != nil {
+			err = fmt.Errorf("compile %s: %w", ap.Name(), err)
+			a.log.Error("configuration rejected", "reason", reason, "error", err)
+			a.reject(cand.Diagnostics, err)
+			return Outcome{Version: cur.version(), Err: err}
+		}
+		changes = append(changes, c)
+	}
+	a.lastVersion = max(a.lastVersion, snap.GetVersion())
+	next := &State{Snapshot: snap, Diagnostics: cand.Diagnostics, AppliedAt: a.now(), Restored: restored}
+	for i, c := range changes {
+		if err := c.Apply(ctx); err != nil {
+			name := a.opts.Appliers[i].Name()
+			a.log.Error("could not apply the configuration completely", "applier", name, "version", snap.GetVersion(), "error", err)
+			a.metrics.applyErrors.WithLabelValues(name).Inc()
+			next.ApplyErrors = append(next.ApplyErrors, name+": "+err.Error())
+		}
+	}
+	a.state.Store(next)
+	if !restored {
+		a.rejected.Store(nil)
+	}
+	a.metrics.observe(next, "applied")
+	if a.cache != nil && !restored {
+		if err := a.cache.store(&cacheEntry{
+			Source: a.opts.Source.Kind(), Origin: a.opts.Source.Describe(), Node: a.opts.NodeName,
+			AppliedAt: next.AppliedAt, Snapshot: snap,
+		}); err != nil {
+			a.log.Warn("could not keep the configuration on disk; a restart with a broken configuration will have nothing to fall back to", "error", err)
+		}
+	}
+	plan := snap.GetCluster().GetPlan()
+	a.log.Info("configuration applied", "reason", reason, "version", snap.GetVersion(),
+		"hash", shortHash(snap.GetContentHash()), "listeners", len(snap.GetCluster().GetListeners()),
+		"routes", len(snap.GetCluster().GetRoutes()), "backends", len(snap.GetCluster().GetBackends()),
+		"plan", len(plan), "warnings", len(cand.Diagnostics.Warnings()), "errors", len(cand.Diagnostics.Errors()))
+	return Outcome{Applied: true, Version: snap.GetVersion()}
+}
+
+// reject records a configuration that was not applied.
+func (a *Agent) reject(diags diag.List, err error) {
+	a.rejected.Store(&Rejection{Diagnostics: diags, Err: err, At: a.now()})
+	a.metrics.rejected()
+}
+
+// logProblems logs each error once, in the one-line form users grep for.
+func (a *Agent) logProblems(errs diag.List) {
+	for _, d := range errs {
+		a.log.Error("configuration error", "problem", d.String())
+	}
+}
+
+func diagsToProto(l diag.List) []*pb.Diagnostic {
+	out := make([]*pb.Diagnostic, 0, len(l))
+	for _, d := range l {
+		out = append(out, snapshot.DiagnosticToProto(d))
+	}
+	return out
+}
+
+func diagsFromProto(ps []*pb.Diagnostic) diag.List {
+	out := make(diag.List, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, snapshot.DiagnosticFromProto(p))
+	}
+	return out
+}
+
+func count(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// planCounts returns how many plan entries each path serves.
+func planCounts(snap *pb.ConfigSnapshot) (fast, slow int) {
+	for _, e := range snap.GetCluster().GetPlan() {
+		switch e.GetPath() {
+		case pb.DataPath_DATA_PATH_FAST:
+			fast++
+		case pb.DataPath_DATA_PATH_SLOW:
+			slow++
+		}
+	}
+	return fast, slow
+}
+
+// sortedCopy returns a sorted copy of s.
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}

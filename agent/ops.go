@@ -1,0 +1,38 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// OpsHandler serves the operations endpoints:
+//
+//	/healthz  200 while the process runs (liveness)
+//	/readyz   200 once a configuration is in service, 503 before (readiness)
+//	/metrics  Prometheus metrics
+func (a *Agent) OpsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		s := a.State()
+		if s == nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			msg := "not ready: no configuration applied yet"
+			if r := a.Rejected(); r != nil {
+				msg += ": " + r.Err.Error()
+			}
+			_, _ = fmt.Fprintln(w, msg)
+			return
+		}
+		_, _ = fmt.Fprintf(w, "ready: version %d applied %s\n", s.Snapshot.GetVersion(), s.AppliedAt.UTC().Format(time.RFC3339))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{ErrorLog: nil}))
+	return mux
+}

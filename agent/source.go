@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/novaedge/novaedge/diag"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/loader"
+	"github.com/novaedge/novaedge/manifest"
+	"github.com/novaedge/novaedge/snapshot"
+)
+
+// Candidate is a configuration offered to the agent.
+type Candidate struct {
+	// Snapshot is the built configuration, without a version when the
+	// source does not assign one (standalone files). Never nil.
+	Snapshot *pb.ConfigSnapshot
+	// Diagnostics of loading and building, with file positions where the
+	// source has them, sorted.
+	Diagnostics diag.List
+}
+
+// Source offers configurations.
+type Source interface {
+	// Kind is "standalone" or "controller".
+	Kind() string
+	// Describe names where configuration comes from, for status and the
+	// disk cache: paths, or the embedded default's name.
+	Describe() []string
+	// Load reads and builds the configuration now.
+	Load() Candidate
+	// Watch calls changed whenever the configuration may have changed,
+	// until ctx ends, and once when it starts watching (a change may have
+	// happened since the last Load). It returns nil when ctx ends.
+	Watch(ctx context.Context, changed func()) error
+}
+
+// FileSource reads standalone configuration from YAML files and
+// directories (a directory contributes its *.yaml and *.yml files), or from
+// embedded bytes when Paths is empty.
+type FileSource struct {
+	// Paths are files and directories. Empty: Default is served.
+	Paths []string
+	// DefaultName and Default are the embedded configuration used without
+	// Paths; DefaultName appears in diagnostics' positions.
+	DefaultName string
+	Default     []byte
+	// Node is the node the snapshot is built for.
+	Node snapshot.Node
+	// Debounce is how long Watch waits for a burst of file events to end
+	// before reporting a change (editors write a file in several steps).
+	// Zero means 200ms.
+	Debounce time.Duration
+}
+
+var _ Source = (*FileSource)(nil)
+
+// Kind returns "standalone".
+func (s *FileSource) Kind() string { return "standalone" }
+
+// Describe returns the paths, or "embedded:<name>" for the default.
+func (s *FileSource) Describe() []string {
+	if len(s.Paths) == 0 {
+		return []string{"embedded:" + s.DefaultName}
+	}
+	return slices.Clone(s.Paths)
+}
+
+// Load reads the files and builds the snapshot for Node. Problems are
+// returned as diagnostics; the snapshot holds every resource without an
+// error (snapshot.Build's rules).
+func (s *FileSource) Load() Candidate {
+	var (
+		res   *loader.Result
+		diags diag.List
+	)
+	if len(s.Paths) == 0 {
+		docs, d := manifest.Parse(s.DefaultName, s.Default)
+		res, diags = loader.FromDocuments(docs)
+		diags = append(d, diags...)
+	} else {
+		res, diags = loader.Load(s.Paths...)
+	}
+	snap, built := snapshot.Build(res.Input, snapshot.Options{Node: s.Node})
+	res.Locate(built)
+	diags = append(diags, built...)
+	diags.Sort()
+	return Candidate{Snapshot: snap, Diagnostics: diags}
+}
+
+// Watch watches the files' directories with inotify, so that editors that
+// replace a file by renaming and Kubernetes ConfigMap volumes (which swap a
+// "..data" symlink) are noticed, and calls changed once per burst of events.
+// Without Paths there is nothing to watch and Watch waits for ctx.
+func (s *FileSource) Watch(ctx context.Context, changed func()) error {
+	if len(s.Paths) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch configuration: %w", err)
+	}
+	defer func() { _ = w.Close() }()
+
+	files := map[string]bool{} // absolute file paths named on the command line
+	dirs := map[string]bool{}  // directories named on the command line
+	watched := map[string]bool{}
+	for _, p := range s.Paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", p, err)
+		}
+		dir := abs
+		if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+			dirs[abs] = true
+		} else {
+			files[abs] = true
+			dir = filepath.Dir(abs)
+		}
+		if watched[dir] {
+			continue
+		}
+		if err := w.Add(dir); err != nil {
+			return fmt.Errorf("watch %s: %w", dir, err)
+		}
+		watched[dir] = true
+	}
+	// A change between the caller's first Load and the watches above would
+	// go unnoticed: report one now, so the caller reads the files again.
+	changed()
+
+	relevant := func(name string) bool {
+		base := filepath.Base(name)
+		if files[name] || strings.HasPrefix(base, "..") {
+			return true
+		}
+		ext := filepath.Ext(name)
+		return dirs[filepath.Dir(name)] && (ext == ".yaml" || ext == ".yml")
+	}
+
+	debounce := s.Debounce
+	if debounce == 0 {
+		debounce = 200 * time.Millisecond
+	}
+	timer := time.NewTimer(debounce)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod || !relevant(ev.Name) {
+				continue
+			}
+			timer.Reset(debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				// Events were lost: re-read to be sure.
+				timer.Reset(debounce)
+				continue
+			}
+			return fmt.Errorf("watch configuration: %w", err)
+		case <-timer.C:
+			changed()
+		}
+	}
+}

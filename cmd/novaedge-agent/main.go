@@ -1,0 +1,275 @@
+// Command novaedge-agent is NovaEdge's per-node agent. In standalone mode
+// (--standalone) it reads configuration files instead of following a
+// controller; see package agent for the pipeline.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/novaedge/novaedge/agent"
+	"github.com/novaedge/novaedge/cli"
+	"github.com/novaedge/novaedge/deploy/examples"
+	"github.com/novaedge/novaedge/kernel"
+	"github.com/novaedge/novaedge/snapshot"
+	"github.com/novaedge/novaedge/vip/local"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// flags are the agent's settings.
+type flags struct {
+	standalone    bool
+	configs       []string
+	nodeName      string
+	nodeLabels    map[string]string
+	adminSocket   string
+	metricsAddr   string
+	stateDir      string
+	logLevel      string
+	logFormat     string
+	dryRun        bool
+	watch         bool
+	bindLocalVIPs bool
+}
+
+// errFailed ends a run whose problem has been reported.
+var errFailed = errors.New("failed")
+
+// usageErr marks a wrong flag value (exit status 2).
+type usageErr struct{ error }
+
+func newCommand(stdout, stderr io.Writer) *cobra.Command {
+	f := flags{}
+	cmd := &cobra.Command{
+		Use:   "novaedge-agent",
+		Short: "NovaEdge node agent: VIPs, the XDP fast path and the L7 slow path on this node",
+		Long: `novaedge-agent runs on every node. It receives configuration snapshots, checks
+and compiles them, and switches the node's data planes to them as a whole:
+Local VIP addresses now; the XDP fast path, the Go L7 proxy and VIP
+announcement (ARP/NDP, BGP, OSPF) as they land.
+
+Standalone mode (--standalone) needs no Kubernetes: the agent reads YAML files
+of the NovaEdge kinds (--config, a file or a directory of *.yaml/*.yml; without
+--config the embedded example deploy/examples/standalone.yaml), builds the
+snapshot itself, and re-reads the files when they change, on SIGHUP, and on
+"novaedgectl reload". A configuration with errors is rejected as a whole and
+the last good one keeps serving; "novaedgectl errors" says why. At start, a
+configuration with errors is replaced by the last good one kept in
+--state-dir for the same files and node; without one, the resources without
+errors are served.
+
+On SIGTERM or SIGINT the agent stops its servers and exits, leaving VIP
+addresses (and, later, BPF programs) in place so a restart does not drop
+traffic.
+
+Connecting to a controller (without --standalone) is not implemented in this
+build.`,
+		Example: `  novaedge-agent --standalone
+  novaedge-agent --standalone --config /etc/novaedge/ --node-name edge-1
+  novaedge-agent --standalone --config config.yaml --dry-run`,
+		Version:       version,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd.Context(), stdout, stderr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&f.standalone, "standalone", false, "read configuration from --config files instead of a controller (the only mode in this build)")
+	fl.StringArrayVar(&f.configs, "config", nil, "configuration file or directory (its *.yaml and *.yml files); repeatable; empty: the embedded example deploy/examples/standalone.yaml")
+	fl.StringVar(&f.nodeName, "node-name", "", "this node's name: VIP assignment and status use it; empty: $NODE_NAME, else the host name")
+	fl.StringToStringVar(&f.nodeLabels, "node-labels", nil, "this node's labels as key=value,...; standalone ProxyVIP nodeSelectors match them")
+	fl.StringVar(&f.adminSocket, "admin-socket", agent.DefaultAdminSocket, "Unix socket of the admin API (novaedgectl --socket); root only; empty: no admin API")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", ":9090", "TCP address of /healthz, /readyz and /metrics; empty: none")
+	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/novaedge", "directory for state kept across restarts: the last good snapshot and the Local VIP addresses the agent bound")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one object per line)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "load and check the configuration, print its problems and the fast/slow path plan, and exit (1 if it has errors); changes nothing")
+	fl.BoolVar(&f.watch, "watch", true, "re-read the configuration files when they change (SIGHUP and novaedgectl reload work either way)")
+	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
+	return cmd
+}
+
+func (f *flags) check() error {
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(f.logLevel)) {
+		return usageErr{fmt.Errorf("--log-level %q: must be debug, info, warn or error", f.logLevel)}
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return usageErr{fmt.Errorf("--log-format %q: must be text or json", f.logFormat)}
+	}
+	if !f.standalone {
+		return usageErr{errors.New("connecting to a controller is not implemented in this build; run with --standalone (and --config)")}
+	}
+	return nil
+}
+
+func (f *flags) logger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(f.logLevel)) // checked by check
+	opts := &slog.HandlerOptions{Level: level}
+	if f.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func (f *flags) node() (snapshot.Node, error) {
+	name := f.nodeName
+	if name == "" {
+		name = os.Getenv("NODE_NAME")
+	}
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return snapshot.Node{}, fmt.Errorf("node name: %w (set --node-name)", err)
+		}
+		name = h
+	}
+	return snapshot.Node{Name: name, Labels: f.nodeLabels}, nil
+}
+
+func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	node, err := f.node()
+	if err != nil {
+		return err
+	}
+	src := &agent.FileSource{Paths: f.configs, DefaultName: examples.StandaloneName, Default: examples.Standalone, Node: node}
+	if f.dryRun {
+		return dryRun(stdout, src)
+	}
+	log := f.logger(stderr)
+	features := kernel.Run(kernel.Probes())
+	for _, ft := range kernel.Missing(features) {
+		log.Warn("kernel feature missing", "feature", ft.Name, "detail", ft.Detail)
+	}
+
+	opts := agent.Options{
+		Source:       src,
+		StrictReload: true,
+		StateDir:     f.stateDir,
+		NodeName:     node.Name,
+		Version:      version,
+		Features:     features,
+		Logger:       log,
+	}
+	if f.bindLocalVIPs {
+		m, err := local.New(local.Options{StateFile: filepath.Join(f.stateDir, "local-vips.json"), Logger: log})
+		if err != nil {
+			return err
+		}
+		vips := &agent.LocalVIPs{Binder: m}
+		opts.Appliers = append(opts.Appliers, vips)
+		opts.BoundAddresses = vips.BoundAddresses
+	}
+	if !f.watch {
+		opts.Source = noWatch{src}
+	}
+	a, err := agent.New(opts)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				// The outcome is logged by the agent.
+				_, _ = a.Reload(ctx, "SIGHUP")
+			}
+		}
+	}()
+
+	log.Info("starting", "version", version, "node", node.Name, "source", strings.Join(src.Describe(), ","))
+	if err := a.Serve(ctx, agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}); err != nil {
+		return err
+	}
+	log.Info("stopped; VIP addresses stay bound for the next start")
+	return nil
+}
+
+// noWatch is a source whose changes are noticed only on request.
+type noWatch struct{ *agent.FileSource }
+
+func (n noWatch) Watch(ctx context.Context, _ func()) error {
+	<-ctx.Done()
+	return nil
+}
+
+// dryRun prints what the configuration would do, as novaedgectl validate
+// --plan does, and fails when it has errors.
+func dryRun(w io.Writer, src *agent.FileSource) error {
+	cand := src.Load()
+	var b strings.Builder
+	for _, d := range cand.Diagnostics {
+		b.WriteString(d.String() + "\n")
+	}
+	if len(cand.Diagnostics) > 0 {
+		b.WriteString("\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if err := cli.WritePlan(w, cand.Snapshot.GetCluster().GetPlan()); err != nil {
+		return err
+	}
+	nerr, nwarn := len(cand.Diagnostics.Errors()), len(cand.Diagnostics.Warnings())
+	if _, err := fmt.Fprintf(w, "\n%d error(s), %d warning(s)\n", nerr, nwarn); err != nil {
+		return err
+	}
+	if nerr > 0 {
+		return errFailed
+	}
+	return nil
+}
+
+// run executes the command with args and returns the exit status: 0, 1 on
+// failure, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := newCommand(stdout, stderr)
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	err := cmd.ExecuteContext(ctx)
+	var ue usageErr
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errFailed):
+		return 1
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown flag"), strings.Contains(err.Error(), "flag needs an argument"),
+		strings.HasPrefix(err.Error(), "invalid argument"), strings.HasPrefix(err.Error(), "unknown shorthand"):
+		_, _ = fmt.Fprintf(stderr, "novaedge-agent: %v\nRun 'novaedge-agent --help' for usage.\n", err)
+		return 2
+	default:
+		_, _ = fmt.Fprintf(stderr, "novaedge-agent: %v\n", err)
+		return 1
+	}
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
