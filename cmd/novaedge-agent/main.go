@@ -237,13 +237,21 @@ func dryRun(w io.Writer, src *agent.FileSource) error {
 		return err
 	}
 	nerr, nwarn := len(cand.Diagnostics.Errors()), len(cand.Diagnostics.Warnings())
-	if _, err := fmt.Fprintf(w, "\n%d error(s), %d warning(s)\n", nerr, nwarn); err != nil {
+	if _, err := fmt.Fprintf(w, "\n%s, %s\n", plural(nerr, "error"), plural(nwarn, "warning")); err != nil {
 		return err
 	}
 	if nerr > 0 {
 		return errFailed
 	}
 	return nil
+}
+
+// plural returns "1 error" or "2 errors", as novaedgectl validate prints.
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // run executes the command with args and returns the exit status: 0, 1 on
@@ -261,7 +269,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errFailed):
 		return 1
 	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown flag"), strings.Contains(err.Error(), "flag needs an argument"),
-		strings.HasPrefix(err.Error(), "invalid argument"), strings.HasPrefix(err.Error(), "unknown shorthand"):
+		strings.HasPrefix(err.Error(), "invalid argument"), strings.HasPrefix(err.Error(), "unknown shorthand"),
+		strings.HasPrefix(err.Error(), "unknown command"):
 		_, _ = fmt.Fprintf(stderr, "novaedge-agent: %v\nRun 'novaedge-agent --help' for usage.\n", err)
 		return 2
 	default:
