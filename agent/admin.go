@@ -14,7 +14,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/novaedge/novaedge/agent/internal/unixsys"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+)
+
+// Signals the agent's main handles.
+var (
+	// ShutdownSignals (SIGTERM, SIGINT) stop the agent, leaving what it
+	// set up in place.
+	ShutdownSignals = unixsys.ShutdownSignals
+	// ReloadSignal (SIGHUP) makes a standalone agent re-read its files.
+	ReloadSignal = unixsys.ReloadSignal
 )
 
 // DefaultAdminSocket is where the agent serves its admin API.
@@ -150,9 +160,7 @@ func ListenAdmin(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale admin socket: %w", err)
 		}
 	}
-	// The umask makes the socket private from its creation on, so there is
-	// no moment at which another user could connect.
-	ln, err := listenUnixPrivate(path)
+	ln, err := unixsys.ListenUnixPrivate(path)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}

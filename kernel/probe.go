@@ -10,7 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
-	"golang.org/x/sys/unix"
+
+	"github.com/novaedge/novaedge/kernel/internal/sysinfo"
 )
 
 // MinRelease is the oldest kernel NovaEdge supports: 5.15 is the first LTS
@@ -132,18 +133,17 @@ func describe(err error) string {
 	switch {
 	case errors.Is(err, ebpf.ErrNotSupported):
 		return "not supported by this kernel"
-	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+	case sysinfo.IsPermission(err):
 		return "not permitted (run as root or with CAP_BPF and CAP_NET_ADMIN)"
 	}
 	return err.Error()
 }
 
 func checkRelease() (string, error) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "", fmt.Errorf("uname: %w", err)
+	s, err := sysinfo.Release()
+	if err != nil {
+		return "", err
 	}
-	s := unix.ByteSliceToString(u.Release[:])
 	r, err := ParseRelease(s)
 	if err != nil {
 		return "", err
@@ -160,8 +160,7 @@ const BPFFSPath = "/sys/fs/bpf"
 // checkBPFFS accepts a kernel that supports bpffs even when it is not
 // mounted yet: the fast path mounts it, as Cilium's agent does.
 func checkBPFFS() (string, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(BPFFSPath, &st); err == nil && int64(st.Type) == unix.BPF_FS_MAGIC {
+	if magic, err := sysinfo.FSMagic(BPFFSPath); err == nil && magic == sysinfo.BPFFSMagic {
 		return "mounted at " + BPFFSPath, nil
 	}
 	fss, err := os.ReadFile("/proc/filesystems")
@@ -183,8 +182,7 @@ var cgroupPaths = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
 // Cgroup2Path returns the first cgroup v2 mount of cgroupPaths.
 func Cgroup2Path() (string, error) {
 	for _, p := range cgroupPaths {
-		var st unix.Statfs_t
-		if unix.Statfs(p, &st) == nil && int64(st.Type) == unix.CGROUP2_SUPER_MAGIC {
+		if magic, err := sysinfo.FSMagic(p); err == nil && magic == sysinfo.Cgroup2Magic {
 			return p, nil
 		}
 	}

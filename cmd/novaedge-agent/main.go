@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -186,10 +185,10 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, agent.ShutdownSignals...)
 	defer stop()
 	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	signal.Notify(hup, agent.ReloadSignal)
 	defer signal.Stop(hup)
 	go func() {
 		for {
