@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaedge/novaedge/diag"
@@ -174,7 +175,7 @@ func New(opts Options) (*Agent, error) {
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	m, err := newMetrics(reg, opts.Version, opts.Features)
 	if err != nil {

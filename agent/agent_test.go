@@ -307,7 +307,7 @@ func TestStartWithErrors(t *testing.T) {
 		go func() { done <- a.Run(ctx) }()
 		waitFor(t, "the first configuration", func() bool { return a.State() != nil })
 		cancel()
-		<-done
+		_ = <-done
 		if a.State().Restored {
 			t.Fatal("a cache written for node-a was restored on node-b")
 		}

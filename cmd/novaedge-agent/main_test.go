@@ -192,7 +192,7 @@ func startAgent(t *testing.T, ns string, args ...string) *agentProc {
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			_ = <-p.done
 		}
 	})
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -112,7 +112,7 @@ func checkTCP(t *testing.T, ctx context.Context, n *testNS, ln net.Listener, net
 			accepted <- err
 			return
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		_, err = io.Copy(c, io.LimitReader(c, 4))
 		accepted <- err
@@ -124,7 +124,7 @@ func checkTCP(t *testing.T, ctx context.Context, n *testNS, ln net.Listener, net
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := c.Write([]byte("ping")); err != nil {
 			return err
@@ -152,7 +152,7 @@ func checkUDP(t *testing.T, ctx context.Context, n *testNS, pc net.PacketConn, n
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_, err = c.Write([]byte("ping"))
 		return err
 	}); err != nil {
