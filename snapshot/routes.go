@@ -334,14 +334,16 @@ func (b *builder) httpRules(r diag.Ref, ns string, rt *v1alpha1.ProxyRoute, rout
 				o.Policies = append(o.Policies, p)
 			}
 		}
-		hasPrefixMatch := len(rule.Matches) == 0
+		// ReplacePrefixMatch needs every match of the rule to be a
+		// PathPrefix (Gateway API): otherwise there is no prefix to replace.
+		hasPrefixMatch := true
 		for j := range rule.Matches {
 			m, good := b.match(r, fmt.Sprintf("%s.matches[%d]", rf, j), &rule.Matches[j])
 			ok = ok && good
 			if m != nil {
 				o.Matches = append(o.Matches, m)
-				if m.Path.Type == pb.MatchType_MATCH_TYPE_PREFIX {
-					hasPrefixMatch = true
+				if m.Path.Type != pb.MatchType_MATCH_TYPE_PREFIX {
+					hasPrefixMatch = false
 				}
 			}
 		}
@@ -498,7 +500,7 @@ func (b *builder) filter(r diag.Ref, ns, field string, f *v1alpha1.RouteFilter, 
 	}
 	prefixOnly := func(p *v1alpha1.PathModifier, at string) bool {
 		if p != nil && p.Type == v1alpha1.ReplacePrefixMatch && !hasPrefixMatch {
-			b.errorf(r, field+"."+at+".path", "ReplacePrefixMatch needs a PathPrefix match in the rule")
+			b.errorf(r, field+"."+at+".path", "ReplacePrefixMatch needs every match of the rule to be a PathPrefix")
 			return false
 		}
 		return true
