@@ -10,7 +10,8 @@
 #
 # It starts the demo backends and the agent, waits until the agent is ready,
 # then shows its health endpoints, a few metrics, `novaedgectl status` and
-# `novaedgectl plan`, and the VIP bound on lo. On exit it stops exactly the
+# `novaedgectl plan`, the VIP bound on lo, and HTTP requests answered through
+# the VIP by the slow path. On exit it stops exactly the
 # processes it started (by PID) and removes the VIP address from lo (the
 # agent keeps its addresses on SIGTERM by design, so a restart does not drop
 # traffic), unless the address was already there before the demo.
@@ -45,17 +46,31 @@ for b in "$AGENT" "$CTL"; do
 done
 command -v ip >/dev/null || die "the ip command is missing (apt-get install iproute2)"
 
-# http_get HOST:PORT PATH prints the response body; it succeeds on status
-# 200. Plain bash: /dev/tcp and HTTP/1.0, so curl is not needed.
+# http_get HOST:PORT PATH [HEADER] prints the response body; it succeeds on
+# status 200. Plain bash: /dev/tcp and HTTP/1.0, so curl is not needed.
 http_get() {
-  local host=${1%:*} port=${1##*:} path=$2 resp
-  resp=$(timeout 3 bash -c '
-    exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n" "$2" "$0" >&3
-    cat <&3' "$host" "$port" "$path" 2>/dev/null) || return 1
+  local resp
+  resp=$(http_raw "$@") || return 1
   local status=${resp%%$'\r'*}
   printf '%s' "${resp#*$'\r\n\r\n'}"
   [[ $status == HTTP/1.?" 200"* ]]
+}
+
+# http_head HOST:PORT PATH prints the status line and headers.
+http_head() {
+  local resp
+  resp=$(http_raw "$@") || return 1
+  printf '%s\n' "${resp%%$'\r\n\r\n'*}" | tr -d '\r' | sed 's/^/  /'
+}
+
+http_raw() {
+  local host=${1%:*} port=${1##*:} path=$2 extra=${3:-}
+  timeout 3 bash -c '
+    exec 3<>"/dev/tcp/$0/$1" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n" "$2" "$0" >&3
+    [[ -n $3 ]] && printf "%s\r\n" "$3" >&3
+    printf "\r\n" >&3
+    cat <&3' "$host" "$port" "$path" "$extra" 2>/dev/null
 }
 
 # port_free HOST:PORT succeeds when nothing accepts connections there.
@@ -174,8 +189,17 @@ bold "novaedgectl plan"
 bold "ip -br addr show lo (the Local VIP $VIP)"
 ip -br addr show dev lo
 
+bold "HTTP through the VIP: GET http://${VIP%/*}:8080/ (slow path, route demo/web, P2C over web-1 and web-2)"
+for i in 1 2 3 4; do
+  echo "  request $i: $(http_get "${VIP%/*}:8080" / || echo "no answer")"
+done
+bold "GET http://${VIP%/*}:8080/api/orders with X-Canary: always (rule api-canary: 90/10 split)"
+echo "  $(http_get "${VIP%/*}:8080" /api/orders "X-Canary: always" || echo "no answer")"
+bold "response headers of GET http://${VIP%/*}:8080/"
+http_head "${VIP%/*}:8080" / || true
+
 echo
-echo "Note: HTTP requests through the VIP (http://${VIP%/*}:8080/) are answered once the slow path (the Go L7 proxy) lands; this build loads the configuration, binds the VIP and serves the admin API."
+echo "Note: the TCP listener ${VIP%/*}:9000 is planned for the XDP fast path, which lands with the fast-path issue; this build serves the HTTP listener through the Go slow path."
 
 if $hold; then
   bold "running; try: $CTL --socket $tmp/agent.sock errors   (Ctrl-C stops everything)"

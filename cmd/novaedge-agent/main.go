@@ -21,6 +21,7 @@ import (
 	"github.com/novaedge/novaedge/cli"
 	"github.com/novaedge/novaedge/deploy/examples"
 	"github.com/novaedge/novaedge/kernel"
+	"github.com/novaedge/novaedge/slowpath"
 	"github.com/novaedge/novaedge/snapshot"
 	"github.com/novaedge/novaedge/vip/local"
 )
@@ -57,8 +58,8 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "NovaEdge node agent: VIPs, the XDP fast path and the L7 slow path on this node",
 		Long: `novaedge-agent runs on every node. It receives configuration snapshots, checks
 and compiles them, and switches the node's data planes to them as a whole:
-Local VIP addresses now; the XDP fast path, the Go L7 proxy and VIP
-announcement (ARP/NDP, BGP, OSPF) as they land.
+Local VIP addresses and the Go L7 proxy (HTTP and HTTPS listeners) now; the
+XDP fast path and VIP announcement (ARP/NDP, BGP, OSPF) as they land.
 
 Standalone mode (--standalone) needs no Kubernetes: the agent reads YAML files
 of the NovaEdge kinds (--config, a file or a directory of *.yaml/*.yml; without
@@ -177,6 +178,9 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		opts.Appliers = append(opts.Appliers, vips)
 		opts.BoundAddresses = vips.BoundAddresses
 	}
+	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath")})
+	defer proxy.Close()
+	opts.Appliers = append(opts.Appliers, proxy)
 	if !f.watch {
 		opts.Source = noWatch{src}
 	}

@@ -152,3 +152,30 @@ func (s *Set) Get(k Key) (*Socket, bool) {
 
 // Close closes every socket.
 func (s *Set) Close() { s.CloseExcept(nil) }
+
+// Adopt adds an already open socket, e.g. one inherited from the previous
+// agent process, so a later Open for its key keeps it instead of binding
+// again. A socket already present for the key is an error.
+func (s *Set) Adopt(sock *Socket) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.socks[sock.Key]; ok {
+		return fmt.Errorf("adopt %s: already open", sock.Key)
+	}
+	if (sock.Listener == nil) == (sock.PacketConn == nil) {
+		return fmt.Errorf("adopt %s: need exactly one of Listener and PacketConn", sock.Key)
+	}
+	s.socks[sock.Key] = sock
+	return nil
+}
+
+// Detach removes the socket for k from the set without closing it and
+// returns it, for a caller that must close it later (a QUIC server shuts
+// its connections down before its UDP socket goes).
+func (s *Set) Detach(k Key) (*Socket, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sock, ok := s.socks[k]
+	delete(s.socks, k)
+	return sock, ok
+}

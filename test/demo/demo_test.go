@@ -59,6 +59,8 @@ func TestDemoScript(t *testing.T) {
 		"Ready:            yes",
 		"Bound addresses:  127.0.10.1/32 on lo",
 		"demo-vip  127.0.10.1:9000/tcp  FAST",
+		"request 1: hello from web-",
+		"request 4: hello from web-",
 		"released 127.0.10.1/32 from lo",
 	} {
 		if !strings.Contains(string(out), want) {

@@ -1,0 +1,370 @@
+package slowpath
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/novaedge/novaedge/agent"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/slowpath/endpoint"
+	"github.com/novaedge/novaedge/slowpath/health"
+	"github.com/novaedge/novaedge/slowpath/sockets"
+)
+
+// Options configure the slow path.
+type Options struct {
+	// Logger logs listener changes and one line per failed upstream
+	// request. Nil: discard.
+	Logger *slog.Logger
+	// ReadHeaderTimeout bounds how long a client may take to send request
+	// headers (slow-client protection). Zero: 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes client keep-alive connections idle this long.
+	// Zero: 120s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds request headers; larger ones get 431. Zero:
+	// 64 KiB.
+	MaxHeaderBytes int
+	// DrainTimeout bounds how long requests on a removed listener may
+	// finish. Zero: 30s.
+	DrainTimeout time.Duration
+	// Sockets is the socket set to serve on. Nil: a new one.
+	Sockets *sockets.Set
+}
+
+// Proxy is the slow path. It implements agent.Applier: each snapshot is
+// compiled into a Config and switched to atomically.
+type Proxy struct {
+	opts    Options
+	log     *slog.Logger
+	httpLog *log.Logger
+	cfg     atomic.Pointer[Config]
+
+	// Owned by the agent's goroutine (Compile and the switch), and by
+	// Close.
+	mu         sync.Mutex
+	socks      *sockets.Set
+	servers    map[sockets.Key]server
+	states     map[string]*backendState
+	endpoints  map[string]*endpoint.Endpoint
+	transports map[transportKey]*http.Transport
+	closed     bool
+}
+
+var _ agent.Applier = (*Proxy)(nil)
+
+// New returns a slow path with no configuration: it serves nothing until
+// the first snapshot is switched to.
+func New(opts Options) *Proxy {
+	if opts.ReadHeaderTimeout == 0 {
+		opts.ReadHeaderTimeout = 10 * time.Second
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = 120 * time.Second
+	}
+	if opts.MaxHeaderBytes == 0 {
+		opts.MaxHeaderBytes = 64 << 10
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 30 * time.Second
+	}
+	p := &Proxy{
+		opts:       opts,
+		log:        opts.Logger,
+		socks:      opts.Sockets,
+		servers:    map[sockets.Key]server{},
+		states:     map[string]*backendState{},
+		endpoints:  map[string]*endpoint.Endpoint{},
+		transports: map[transportKey]*http.Transport{},
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.socks == nil {
+		p.socks = sockets.NewSet()
+	}
+	p.httpLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
+	return p
+}
+
+// Name returns "slowpath".
+func (p *Proxy) Name() string { return "slowpath" }
+
+// Compile builds the Config of snap without changing what runs; an error
+// (a route that does not compile, a certificate that does not parse)
+// rejects the snapshot.
+func (p *Proxy) Compile(snap *pb.ConfigSnapshot) (agent.Change, error) {
+	p.mu.Lock()
+	cfg, err := p.compile(snap)
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return agent.ChangeFunc(func(ctx context.Context) error { return p.Switch(ctx, cfg) }), nil
+}
+
+// Keys returns the sockets being served.
+func (p *Proxy) Keys() []sockets.Key { return p.socks.Keys() }
+
+// Switch puts cfg in service: it opens the sockets cfg adds, swaps the
+// configuration in one atomic store (from then on every new request and
+// connection sees it; requests in flight finish on the one they started
+// with), then closes the sockets cfg dropped, letting their requests drain,
+// and releases state no backend uses any more.
+func (p *Proxy) Switch(ctx context.Context, cfg *Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("slow path is closed")
+	}
+	for name, st := range cfg.newStates {
+		p.states[name] = st
+	}
+	for k, e := range cfg.newEndpoints {
+		p.endpoints[k] = e
+	}
+	for k, tr := range cfg.newTransports {
+		p.transports[k] = tr
+	}
+
+	_, openErr := p.socks.Open(ctx, cfg.keys)
+	p.cfg.Store(cfg)
+	// Serve every socket of the configuration that has no server yet:
+	// those just opened and those adopted from a previous process.
+	for _, k := range cfg.keys {
+		if _, ok := p.servers[k]; ok {
+			continue
+		}
+		if s, ok := p.socks.Get(k); ok {
+			p.serve(s)
+		}
+	}
+	for _, be := range cfg.backends {
+		p.updateHealth(be)
+	}
+
+	// Drop what the new configuration does not use. A TCP listener closes
+	// at once (no new connections) and its requests drain; a QUIC server
+	// is shut down before its UDP socket closes, because closing the socket
+	// would cut every QUIC connection on it.
+	for _, k := range p.socks.Keys() {
+		if slices.Contains(cfg.keys, k) {
+			continue
+		}
+		sock, _ := p.socks.Detach(k)
+		srv := p.servers[k]
+		delete(p.servers, k)
+		if k.Network == "tcp" {
+			_ = sock.Listener.Close()
+		}
+		go func() {
+			if srv != nil {
+				p.drain(srv)
+			}
+			if k.Network == "udp" {
+				_ = sock.PacketConn.Close()
+			}
+		}()
+		p.log.Info("listener closed", "socket", k.String())
+	}
+	for name, st := range p.states {
+		if _, ok := cfg.backends[name]; !ok {
+			st.stop()
+			delete(p.states, name)
+		}
+	}
+	for k := range p.endpoints {
+		if !slices.Contains(cfg.endpointKeys, k) {
+			delete(p.endpoints, k)
+		}
+	}
+	for k, tr := range p.transports {
+		if !slices.Contains(cfg.transportKeys, k) {
+			tr.CloseIdleConnections()
+			delete(p.transports, k)
+		}
+	}
+	return openErr
+}
+
+// updateHealth (re)starts the backend's active checks and outlier detection
+// with the configuration's settings, keeping every endpoint's verdict.
+func (p *Proxy) updateHealth(be *backend) {
+	st := be.state
+	if be.healthCfg == nil {
+		if st.checker != nil {
+			st.checker.Stop()
+			st.checker = nil
+			for _, e := range be.endpoints {
+				e.SetActiveHealthy(true)
+			}
+		}
+	} else if st.checker == nil {
+		st.checker = health.NewChecker(*be.healthCfg, health.Options{Logger: p.log.With("backend", be.name)})
+		st.checker.Update(be.endpoints)
+	} else {
+		st.checker.Reconfigure(*be.healthCfg)
+		st.checker.Update(be.endpoints)
+	}
+	if st.outlier == nil {
+		st.outlier = health.NewOutlier(be.outlierCfg, health.Options{Logger: p.log.With("backend", be.name)})
+	} else {
+		st.outlier.Reconfigure(be.outlierCfg)
+	}
+	st.outlier.Update(be.endpoints)
+}
+
+func (st *backendState) stop() {
+	if st.checker != nil {
+		st.checker.Stop()
+		st.checker = nil
+	}
+}
+
+// serve starts the HTTP server of a new socket. It serves plaintext
+// HTTP/1.1 and HTTP/2 with prior knowledge, and, when the socket's current
+// listener terminates TLS, HTTP/1.1 and HTTP/2 over TLS (ALPN); which one
+// is decided per connection from the configuration at accept time.
+func (p *Proxy) serve(s *sockets.Socket) {
+	key := s.Key
+	var handler http.HandlerFunc
+	handler = func(w http.ResponseWriter, r *http.Request) {
+		if h2cUpgrade(r) && p.serveH2CUpgrade(w, r, handler) {
+			return
+		}
+		p.serveHTTP(key, w, r)
+	}
+	if key.Network == "udp" {
+		p.serveQUIC(s, handler)
+		return
+	}
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
+		IdleTimeout:       p.opts.IdleTimeout,
+		MaxHeaderBytes:    p.opts.MaxHeaderBytes,
+		Protocols:         protos,
+		ErrorLog:          p.httpLog,
+	}
+	p.servers[key] = srv
+	ln := &dispatchListener{Listener: s.Listener, p: p, key: key}
+	p.log.Info("listener open", "socket", key.String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			p.log.Error("listener stopped", "socket", key.String(), "error", err)
+		}
+	}()
+}
+
+// server is an HTTP server on one socket: *http.Server (TCP) or
+// *http3.Server (QUIC).
+type server interface {
+	Shutdown(ctx context.Context) error
+	Close() error
+}
+
+// serveQUIC starts an HTTP/3 server on a UDP socket. Its TLS
+// configuration is looked up per connection, so a reload that changes
+// certificates applies to the next handshake.
+func (p *Proxy) serveQUIC(s *sockets.Socket, handler http.Handler) {
+	key := s.Key
+	tlsConf := http3.ConfigureTLSConfig(&tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			ln := p.cfg.Load().listeners[key]
+			if ln == nil || ln.tls == nil {
+				return nil, fmt.Errorf("no HTTP/3 listener on %s", key)
+			}
+			return ln.tls, nil
+		},
+	})
+	srv := &http3.Server{Handler: handler, TLSConfig: tlsConf, MaxHeaderBytes: p.opts.MaxHeaderBytes, IdleTimeout: p.opts.IdleTimeout}
+	p.servers[key] = srv
+	p.log.Info("listener open", "socket", key.String(), "protocol", "HTTP/3")
+	go func() {
+		if err := srv.Serve(s.PacketConn); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, quic.ErrServerClosed) {
+			p.log.Error("listener stopped", "socket", key.String(), "error", err)
+		}
+	}()
+}
+
+// drain lets a removed listener's requests finish.
+func (p *Proxy) drain(srv server) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		_ = srv.Close()
+	}
+}
+
+// Close stops serving: sockets close and requests in flight get
+// DrainTimeout to finish.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	servers := p.servers
+	p.servers = map[sockets.Key]server{}
+	p.socks.Close()
+	for _, st := range p.states {
+		st.stop()
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() { p.drain(srv) })
+	}
+	wg.Wait()
+	for _, tr := range p.transports {
+		tr.CloseIdleConnections()
+	}
+}
+
+// dispatchListener wraps a socket's listener: each accepted connection is
+// served as the current configuration's listener for the socket says,
+// plaintext or TLS.
+type dispatchListener struct {
+	net.Listener
+	p   *Proxy
+	key sockets.Key
+}
+
+// Accept returns the next connection, wrapped in TLS when the socket's
+// listener terminates TLS. Connections arriving while the configuration
+// has no listener for the socket (it is being removed) are closed.
+func (d *dispatchListener) Accept() (net.Conn, error) {
+	for {
+		c, err := d.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ln := d.p.cfg.Load().listeners[d.key]
+		if ln == nil {
+			_ = c.Close()
+			continue
+		}
+		if ln.tls != nil {
+			return tls.Server(c, ln.tls), nil
+		}
+		return c, nil
+	}
+}
+
+// String names the proxy for logs.
+func (p *Proxy) String() string { return fmt.Sprintf("slowpath(%d sockets)", len(p.socks.Keys())) }
