@@ -255,7 +255,9 @@ func (p *Proxy) serve(s *sockets.Socket) {
 	protos.SetHTTP1(true)
 	protos.SetHTTP2(true)
 	protos.SetUnencryptedHTTP2(true)
+	hs := &httpServer{served: make(chan struct{})}
 	srv := &http.Server{
+		ConnState:         hs.track,
 		Handler:           handler,
 		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
 		IdleTimeout:       p.opts.IdleTimeout,
@@ -263,14 +265,74 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		Protocols:         protos,
 		ErrorLog:          p.httpLog,
 	}
-	p.servers[key] = srv
+	hs.Server = srv
+	p.servers[key] = hs
 	ln := &dispatchListener{Listener: s.Listener, p: p, key: key}
 	p.log.Info("listener open", "socket", key.String())
 	go func() {
+		defer close(hs.served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			p.log.Error("listener stopped", "socket", key.String(), "error", err)
 		}
 	}()
+}
+
+// httpServer is an HTTP/1.1 and HTTP/2 server that drains without
+// dropping requests. http.Server.Shutdown closes a connection whose request
+// it reads after shutdown began, without an answer; a connection accepted
+// just before the listener closed would lose its request. So draining
+// waits for the accept loop to end, disables keep-alives (each connection
+// closes after the response it is writing), waits until no connection is
+// new or active, and only then shuts down.
+type httpServer struct {
+	*http.Server
+	busy   atomic.Int64 // connections new or active
+	served chan struct{}
+	mu     sync.Mutex
+	states map[net.Conn]http.ConnState
+}
+
+func (h *httpServer) track(c net.Conn, st http.ConnState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.states == nil {
+		h.states = map[net.Conn]http.ConnState{}
+	}
+	busy := func(s http.ConnState) bool { return s == http.StateNew || s == http.StateActive }
+	prev, seen := h.states[c]
+	if seen && busy(prev) {
+		h.busy.Add(-1)
+	}
+	switch st {
+	case http.StateClosed, http.StateHijacked:
+		delete(h.states, c)
+		return
+	}
+	h.states[c] = st
+	if busy(st) {
+		h.busy.Add(1)
+	}
+}
+
+// Shutdown drains as described on httpServer; the listener must be closed
+// already.
+func (h *httpServer) Shutdown(ctx context.Context) error {
+	select {
+	case <-h.served:
+	case <-ctx.Done():
+		return h.Close()
+	}
+	h.SetKeepAlivesEnabled(false)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for h.busy.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return h.Close()
+		case <-t.C:
+		}
+	}
+	return h.Server.Shutdown(ctx)
 }
 
 // server is an HTTP server on one socket: *http.Server (TCP) or

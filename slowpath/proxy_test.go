@@ -62,7 +62,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	logs := &lockedBuf{}
-	p := New(Options{Sockets: set, Logger: slog.New(slog.NewTextHandler(logs, nil)), DrainTimeout: 2 * time.Second})
+	p := New(Options{Sockets: set, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), DrainTimeout: 2 * time.Second})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("slow path log:\n%s", logs.String())
+		}
+	})
 	t.Cleanup(p.Close)
 	return &env{t: t, p: p, addr: ln.Addr().String(), port: uint32(key.Addr.Port()), logs: logs}
 }
