@@ -22,6 +22,14 @@ type ServeOptions struct {
 	// ShutdownTimeout bounds how long in-flight admin and ops requests may
 	// take after ctx ends. Zero means 5s.
 	ShutdownTimeout time.Duration
+	// BindRetry, when not zero, starts the agent before its admin socket
+	// and metrics port are free and keeps trying to bind them this long: a
+	// successor that took over the listening sockets of a running agent
+	// serves at once while the predecessor drains and exits.
+	BindRetry time.Duration
+	// OnListening is called once the admin socket and metrics port are
+	// bound. Nil: nothing.
+	OnListening func()
 }
 
 // Serve opens the admin socket and the ops server, runs the agent, and
@@ -31,30 +39,66 @@ type ServeOptions struct {
 // up (VIP addresses, later BPF programs) is left in place: a restart must
 // not drop traffic.
 func (a *Agent) Serve(ctx context.Context, so ServeOptions) error {
-	var (
-		adminLn, opsLn net.Listener
-		err            error
-	)
-	if so.MetricsAddr != "" {
-		if opsLn, err = net.Listen("tcp", so.MetricsAddr); err != nil {
-			return fmt.Errorf("metrics address: %w", err)
-		}
-	}
-	if so.AdminSocket != "" {
-		if adminLn, err = ListenAdmin(so.AdminSocket); err != nil {
-			if opsLn != nil {
-				_ = opsLn.Close()
-			}
-			return err
-		}
-	}
 	timeout := so.ShutdownTimeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
+	var adminLn, opsLn net.Listener
+	bind := func() error {
+		if so.MetricsAddr != "" {
+			ln, err := net.Listen("tcp", so.MetricsAddr)
+			if err != nil {
+				return fmt.Errorf("metrics address: %w", err)
+			}
+			opsLn = ln
+		}
+		if so.AdminSocket != "" {
+			ln, err := ListenAdmin(so.AdminSocket)
+			if err != nil {
+				if opsLn != nil {
+					_ = opsLn.Close()
+					opsLn = nil
+				}
+				return err
+			}
+			adminLn = ln
+		}
+		return nil
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	runDone := make(chan error, 1)
+	if so.BindRetry == 0 {
+		if err := bind(); err != nil {
+			return err
+		}
+		go func() { runDone <- a.Run(ctx) }()
+	} else {
+		// Taking over from a predecessor: serve traffic first, then wait
+		// for it to release the admin socket and the metrics port.
+		go func() { runDone <- a.Run(ctx) }()
+		deadline := time.Now().Add(so.BindRetry)
+		for {
+			err := bind()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				cancel()
+				<-runDone
+				return err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if so.OnListening != nil {
+		so.OnListening()
+	}
+
 	errc := make(chan error, 3)
 	running := 0
 
@@ -85,9 +129,6 @@ func (a *Agent) Serve(ctx context.Context, so ServeOptions) error {
 		}()
 		a.log.Info("ops server listening", "address", opsLn.Addr().String(), "paths", "/healthz /readyz /metrics")
 	}
-	runDone := make(chan error, 1)
-	go func() { runDone <- a.Run(ctx) }()
-
 	var first error
 	select {
 	case <-ctx.Done():

@@ -150,7 +150,7 @@ start echo-2 "$CTL" demo-backend --tcp --listen 127.0.0.1:19002
 
 bold "starting the agent"
 "$AGENT" --standalone --config "$CONFIG" \
-  --admin-socket "$tmp/agent.sock" --metrics-addr "$METRICS" --state-dir "$tmp" \
+  --admin-socket "$tmp/agent.sock" --metrics-addr "$METRICS" --state-dir "$tmp" --handoff-socket "$tmp/handoff.sock" \
   >"$tmp/agent.log" 2>&1 &
 pids+=("$!")
 agent_pid=$!

@@ -430,3 +430,8 @@ func (d *dispatchListener) Accept() (net.Conn, error) {
 
 // String names the proxy for logs.
 func (p *Proxy) String() string { return fmt.Sprintf("slowpath(%d sockets)", len(p.socks.Keys())) }
+
+// Sockets returns the socket set the proxy serves, for handing it to a
+// successor or inheriting a predecessor's (sockets.Set.ServeHandoff,
+// Inherit).
+func (p *Proxy) Sockets() *sockets.Set { return p.socks }

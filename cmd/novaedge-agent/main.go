@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/novaedge/novaedge/deploy/examples"
 	"github.com/novaedge/novaedge/kernel"
 	"github.com/novaedge/novaedge/slowpath"
+	"github.com/novaedge/novaedge/slowpath/sockets"
 	"github.com/novaedge/novaedge/snapshot"
 	"github.com/novaedge/novaedge/vip/local"
 )
@@ -43,6 +45,7 @@ type flags struct {
 	dryRun        bool
 	watch         bool
 	bindLocalVIPs bool
+	handoffSocket string
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -100,6 +103,7 @@ build.`,
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one object per line)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "load and check the configuration, print its problems and the fast/slow path plan, and exit (1 if it has errors); changes nothing")
 	fl.BoolVar(&f.watch, "watch", true, "re-read the configuration files when they change (SIGHUP and novaedgectl reload work either way)")
+	fl.StringVar(&f.handoffSocket, "handoff-socket", "/run/novaedge/handoff.sock", "Unix socket for restarts without a refused connection: a starting agent takes the listening sockets of the running one here, and the running one then drains and exits; empty: no handoff")
 	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
 	return cmd
 }
@@ -181,6 +185,23 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath")})
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
+	serveOpts := agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}
+	var confirmHandoff func() error
+	if f.handoffSocket != "" {
+		keys, confirm, err := proxy.Sockets().Inherit(f.handoffSocket)
+		switch {
+		case errors.Is(err, sockets.ErrNoPredecessor):
+		case confirm == nil:
+			log.Warn("could not take over the running agent's sockets; binding new ones", "error", err)
+		default:
+			if err != nil {
+				log.Warn("some inherited sockets could not be used", "error", err)
+			}
+			log.Info("took over the running agent's listening sockets", "sockets", len(keys))
+			confirmHandoff = confirm
+			serveOpts.BindRetry = time.Minute
+		}
+	}
 	if !f.watch {
 		opts.Source = noWatch{src}
 	}
@@ -206,8 +227,39 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}()
 
+	if confirmHandoff != nil {
+		// The predecessor stops accepting once we serve its sockets.
+		go func() {
+			for !a.Ready() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			if err := confirmHandoff(); err != nil {
+				log.Warn("the previous agent did not take the handoff confirmation", "error", err)
+			}
+		}()
+	}
+	if f.handoffSocket != "" {
+		// Offer our sockets to a successor once the predecessor (if any)
+		// has released the admin socket, i.e. is gone.
+		serveOpts.OnListening = func() {
+			go func() {
+				err := proxy.Sockets().ServeHandoff(ctx, f.handoffSocket, func() {
+					log.Info("handed the listening sockets to a new agent; draining and exiting")
+					stop()
+				})
+				if err != nil {
+					log.Warn("restarts will refuse connections briefly: no handoff socket", "error", err)
+				}
+			}()
+		}
+	}
+
 	log.Info("starting", "version", version, "node", node.Name, "source", strings.Join(src.Describe(), ","))
-	if err := a.Serve(ctx, agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}); err != nil {
+	if err := a.Serve(ctx, serveOpts); err != nil {
 		return err
 	}
 	log.Info("stopped; VIP addresses stay bound for the next start")
