@@ -213,6 +213,7 @@ func (x *exchange) fail(w http.ResponseWriter, r *http.Request, status int, err 
 		"endpoint", ep, "status", status, "tries", x.tries, "request_id", x.reqID, "error", err)
 	if errors.Is(err, errOverloaded) {
 		w.Header().Set("X-Novaedge-Overloaded", "true")
+		x.p.metrics.overloaded.WithLabelValues(x.be.name).Inc()
 	}
 	writeError(w, r, status, upstreamMessage(status))
 }
@@ -314,6 +315,7 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (x *exchange) report(ep *endpoint.Endpoint, res health.Result) {
+	x.p.metrics.upstream.WithLabelValues(x.be.name, resultName(res)).Inc()
 	if o := x.be.state.outlier; o != nil {
 		o.Report(ep, res)
 	}
@@ -337,6 +339,7 @@ func (x *exchange) budget() bool {
 		return false
 	}
 	x.retryHeld = true
+	x.p.metrics.retries.WithLabelValues(x.be.name).Inc()
 	return true
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/novaedge/novaedge/slowpath/router"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -19,9 +20,17 @@ const requestIDHeader = "X-Request-Id"
 
 // serveHTTP is every request's entry: the socket's current listener,
 // scheme redirects, routing, route redirects, then forwarding.
-func (p *Proxy) serveHTTP(key sockets.Key, w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w := &statusWriter{ResponseWriter: rw}
+	var lname, route, backend string
+	defer func() { p.metrics.observe(lname, route, backend, w.code, start) }()
+
 	cfg := p.cfg.Load()
 	ln := cfg.listeners[key]
+	if ln != nil {
+		lname = ln.name
+	}
 	if ln == nil {
 		writeError(w, r, http.StatusServiceUnavailable, "listener is being removed")
 		return
@@ -42,12 +51,14 @@ func (p *Proxy) serveHTTP(key sockets.Key, w http.ResponseWriter, r *http.Reques
 		writeError(w, r, http.StatusNotFound, "no route")
 		return
 	}
+	route = m.Rule.Route
 	if loc, status, ok := m.Rule.Filters.Redirect(r, m); ok {
 		w.Header().Set("Location", loc)
 		w.WriteHeader(status)
 		return
 	}
 	be, name := cfg.pickBackend(m.Rule)
+	backend = name
 	if be == nil {
 		// Gateway API: a share whose backend is missing fails with 500.
 		p.log.Warn("route backend missing", "route", m.Rule.Route, "rule", m.Rule.Name, "backend", name)

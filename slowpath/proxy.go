@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -43,6 +44,8 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Sockets is the socket set to serve on. Nil: a new one.
 	Sockets *sockets.Set
+	// Registry receives the slow path's metrics. Nil: not exported.
+	Registry prometheus.Registerer
 }
 
 // Proxy is the slow path. It implements agent.Applier: each snapshot is
@@ -51,6 +54,7 @@ type Proxy struct {
 	opts    Options
 	log     *slog.Logger
 	httpLog *log.Logger
+	metrics *metrics
 	cfg     atomic.Pointer[Config]
 
 	// Owned by the agent's goroutine (Compile and the switch), and by
@@ -97,6 +101,7 @@ func New(opts Options) *Proxy {
 		p.socks = sockets.NewSet()
 	}
 	p.httpLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
+	p.metrics = newMetrics(opts.Registry)
 	return p
 }
 
@@ -213,14 +218,17 @@ func (p *Proxy) updateHealth(be *backend) {
 			}
 		}
 	} else if st.checker == nil {
-		st.checker = health.NewChecker(*be.healthCfg, health.Options{Logger: p.log.With("backend", be.name)})
+		st.checker = health.NewChecker(*be.healthCfg, health.Options{Logger: p.log.With("backend", be.name), OnChange: p.metrics.onHealth(be.name)})
+		for _, e := range be.endpoints {
+			p.metrics.healthy.WithLabelValues(be.name, e.Addr).Set(1)
+		}
 		st.checker.Update(be.endpoints)
 	} else {
 		st.checker.Reconfigure(*be.healthCfg)
 		st.checker.Update(be.endpoints)
 	}
 	if st.outlier == nil {
-		st.outlier = health.NewOutlier(be.outlierCfg, health.Options{Logger: p.log.With("backend", be.name)})
+		st.outlier = health.NewOutlier(be.outlierCfg, health.Options{Logger: p.log.With("backend", be.name), OnChange: p.metrics.onEjection(be.name)})
 	} else {
 		st.outlier.Reconfigure(be.outlierCfg)
 	}

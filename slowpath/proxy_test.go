@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/internal/testcert"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -31,6 +34,7 @@ type env struct {
 	addr string // 127.0.0.1:port
 	port uint32
 	logs *lockedBuf
+	reg  *prometheus.Registry
 }
 
 type lockedBuf struct {
@@ -62,14 +66,15 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	logs := &lockedBuf{}
-	p := New(Options{Sockets: set, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), DrainTimeout: 2 * time.Second})
+	reg := prometheus.NewRegistry()
+	p := New(Options{Sockets: set, Registry: reg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), DrainTimeout: 2 * time.Second})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("slow path log:\n%s", logs.String())
 		}
 	})
 	t.Cleanup(p.Close)
-	return &env{t: t, p: p, addr: ln.Addr().String(), port: uint32(key.Addr.Port()), logs: logs}
+	return &env{t: t, p: p, addr: ln.Addr().String(), port: uint32(key.Addr.Port()), logs: logs, reg: reg}
 }
 
 func (e *env) apply(snap *pb.ConfigSnapshot) error {
@@ -328,6 +333,17 @@ func TestRetryOnConnectionFailure(t *testing.T) {
 		if resp.StatusCode != 200 || got.Backend != "live" {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
+	}
+
+	m := e.p.metrics
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("ns/gw/l", "ns/r", "ns/b", "200")); n != 20 {
+		t.Errorf("novaedge_http_requests_total{code=200} = %v, want 20", n)
+	}
+	if n := testutil.ToFloat64(m.upstream.WithLabelValues("ns/b", "connect_failure")); n < 1 {
+		t.Errorf("no connect_failure counted in novaedge_upstream_requests_total")
+	}
+	if n := testutil.ToFloat64(m.retries.WithLabelValues("ns/b")); n < 1 {
+		t.Errorf("no retry counted in novaedge_upstream_retries_total")
 	}
 
 	// Without retries, requests to the dead endpoint fail with 502 and one

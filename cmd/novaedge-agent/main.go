@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/novaedge/novaedge/agent"
@@ -182,7 +184,10 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		opts.Appliers = append(opts.Appliers, vips)
 		opts.BoundAddresses = vips.BoundAddresses
 	}
-	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath")})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts.Registry = reg
+	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg})
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
 	serveOpts := agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}

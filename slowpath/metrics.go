@@ -1,0 +1,129 @@
+package slowpath
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/novaedge/novaedge/slowpath/endpoint"
+	"github.com/novaedge/novaedge/slowpath/health"
+)
+
+// metrics are the slow path's novaedge_* series. Labels are bounded by the
+// configuration (listeners, routes, backends, endpoints), never by request
+// content.
+type metrics struct {
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	upstream   *prometheus.CounterVec
+	retries    *prometheus.CounterVec
+	overloaded *prometheus.CounterVec
+	healthy    *prometheus.GaugeVec
+	ejected    *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "novaedge_http_requests_total", Help: "HTTP requests answered by the slow path, by listener, route, backend and status code (route and backend are empty when none matched).",
+		}, []string{"listener", "route", "backend", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "novaedge_http_request_duration_seconds", Help: "Time from the request's headers to the end of the response, by listener and route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"listener", "route"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "novaedge_upstream_requests_total", Help: "Tries sent to backend endpoints, by backend and outcome (success, failure_5xx, gateway_error, connect_failure, timeout, reset).",
+		}, []string{"backend", "result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "novaedge_upstream_retries_total", Help: "Retries sent, by backend.",
+		}, []string{"backend"}),
+		overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "novaedge_upstream_overloaded_total", Help: "Requests refused by a backend's circuit breaker (503).",
+		}, []string{"backend"}),
+		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "novaedge_endpoint_healthy", Help: "1 when the endpoint passes its active health check (or has none).",
+		}, []string{"backend", "endpoint"}),
+		ejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "novaedge_endpoint_ejected", Help: "1 while passive outlier detection keeps the endpoint out of balancing.",
+		}, []string{"backend", "endpoint"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.upstream, m.retries, m.overloaded, m.healthy, m.ejected)
+	}
+	return m
+}
+
+var resultNames = map[health.Result]string{
+	health.Success: "success", health.Failure5xx: "failure_5xx", health.GatewayError: "gateway_error",
+	health.ConnectFailure: "connect_failure", health.Timeout: "timeout", health.Reset: "reset",
+}
+
+func resultName(r health.Result) string {
+	if n, ok := resultNames[r]; ok {
+		return n
+	}
+	return "other"
+}
+
+// statusWriter records the status code for metrics. It unwraps for
+// http.ResponseController (flushes, hijacking for upgrades).
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 && code >= 200 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush lets streaming responses (gRPC, SSE) through without a controller.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// observe records one answered request.
+func (m *metrics) observe(listener, route, backend string, code int, start time.Time) {
+	if code == 0 {
+		code = http.StatusSwitchingProtocols // hijacked for an upgrade, or no answer
+	}
+	m.requests.WithLabelValues(listener, route, backend, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(listener, route).Observe(time.Since(start).Seconds())
+}
+
+// onHealth keeps the endpoint gauges in step with health verdicts.
+func (m *metrics) onHealth(backend string) func(*endpoint.Endpoint, bool, string) {
+	return func(ep *endpoint.Endpoint, healthy bool, _ string) {
+		v := 0.0
+		if healthy {
+			v = 1
+		}
+		m.healthy.WithLabelValues(backend, ep.Addr).Set(v)
+	}
+}
+
+// onEjection keeps the ejection gauge in step with outlier detection.
+func (m *metrics) onEjection(backend string) func(*endpoint.Endpoint, bool, string) {
+	return func(ep *endpoint.Endpoint, healthy bool, _ string) {
+		v := 1.0
+		if healthy {
+			v = 0
+		}
+		m.ejected.WithLabelValues(backend, ep.Addr).Set(v)
+	}
+}
