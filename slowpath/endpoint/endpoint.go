@@ -106,3 +106,20 @@ func (e *Endpoint) Latency() (time.Duration, bool) {
 	defer e.ewmaMu.Unlock()
 	return time.Duration(e.ewma), e.ewmaSeen
 }
+
+// LatencyAt returns the peak-EWMA latency as seen at now: without new
+// observations it decays toward zero with DecayTime (as Finagle's peak EWMA
+// does on read), so an endpoint that was slow once and then got no traffic
+// is tried again after a while instead of being avoided forever.
+func (e *Endpoint) LatencyAt(now time.Time) (time.Duration, bool) {
+	e.ewmaMu.Lock()
+	defer e.ewmaMu.Unlock()
+	if !e.ewmaSeen {
+		return 0, false
+	}
+	dt := float64(now.UnixNano() - e.ewmaAt)
+	if dt <= 0 {
+		return time.Duration(e.ewma), true
+	}
+	return time.Duration(e.ewma * math.Exp(-dt/float64(DecayTime))), true
+}

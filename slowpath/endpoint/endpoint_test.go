@@ -61,3 +61,22 @@ func TestPeakEWMA(t *testing.T) {
 		t.Fatalf("a minute later: %v, want about 10ms", l)
 	}
 }
+
+func TestLatencyDecaysWhenIdle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	e := New("a:1")
+	e.ObserveLatency(100*time.Millisecond, now)
+	if l, ok := e.LatencyAt(now); !ok || l != 100*time.Millisecond {
+		t.Fatalf("at the observation: %v %v", l, ok)
+	}
+	l, _ := e.LatencyAt(now.Add(DecayTime))
+	if l < 36*time.Millisecond || l > 37*time.Millisecond {
+		t.Fatalf("one decay time later: %v, want 100ms/e", l)
+	}
+	if l, _ := e.LatencyAt(now.Add(time.Minute)); l > time.Millisecond {
+		t.Fatalf("a minute idle: %v, want nearly 0", l)
+	}
+	if l, _ := e.Latency(); l != 100*time.Millisecond {
+		t.Fatalf("LatencyAt changed the stored value: %v", l)
+	}
+}

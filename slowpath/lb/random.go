@@ -63,8 +63,9 @@ func (e *ewma) Pick(req *Request) *endpoint.Endpoint {
 	case b < 0:
 		return e.eps[a]
 	}
-	la, oka := e.eps[a].Latency()
-	lb, okb := e.eps[b].Latency()
+	// Read with decay, so an idle endpoint's old peak fades.
+	la, oka := e.eps[a].LatencyAt(c.now)
+	lb, okb := e.eps[b].LatencyAt(c.now)
 	switch {
 	case !oka && !okb:
 		la, lb = 1, 1

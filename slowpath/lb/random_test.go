@@ -188,3 +188,22 @@ func TestEWMAInflightFeedback(t *testing.T) {
 		t.Fatalf("split %d/%d, want 40/10", got[eps[0]], got[eps[1]])
 	}
 }
+
+// TestEWMAIdlePeakFades: an endpoint avoided after one slow answer is tried
+// again once its peak has decayed below the busy endpoint's fresh latency,
+// so a backend that recovered is not starved of the traffic that would
+// show it.
+func TestEWMAIdlePeakFades(t *testing.T) {
+	eps := newEPs(2)
+	eps[0].ObserveLatency(100*time.Millisecond, now)
+	eps[1].ObserveLatency(10*time.Millisecond, now)
+	b := mustNew(t, pb.LBPolicy_LB_POLICY_EWMA, weighted(eps), Options{Rand: seeded(1)})
+	if got := b.Pick(&Request{Now: now.Add(time.Second)}); got != eps[1] {
+		t.Fatalf("right after the slow answer: picked %s, want the fast one", got.Addr)
+	}
+	later := now.Add(5 * time.Minute)
+	eps[1].ObserveLatency(10*time.Millisecond, later) // the busy one keeps answering
+	if got := b.Pick(&Request{Now: later}); got != eps[0] {
+		t.Fatalf("five idle minutes later: picked %s, want the formerly slow one", got.Addr)
+	}
+}
