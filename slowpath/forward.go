@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,7 +193,11 @@ func (x *exchange) modifyResponse(resp *http.Response) error {
 // route, backend and endpoint.
 func (x *exchange) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusBadGateway
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, r, http.StatusRequestEntityTooLarge, "request body larger than "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes")
+		return
 	case errors.Is(err, errNoEndpoint), errors.Is(err, errOverloaded):
 		status = http.StatusServiceUnavailable
 	case errors.Is(err, errPerTryTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(context.Cause(r.Context()), errRequestTimeout):

@@ -42,6 +42,17 @@ func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Reque
 		writeError(w, r, http.StatusBadRequest, bad)
 		return
 	}
+	if len(r.RequestURI) > p.opts.MaxURIBytes {
+		writeError(w, r, http.StatusRequestURITooLong, "request target longer than "+strconv.Itoa(p.opts.MaxURIBytes)+" bytes")
+		return
+	}
+	if limit := p.opts.MaxRequestBodyBytes; limit > 0 && r.Body != nil && r.Body != http.NoBody {
+		if r.ContentLength > limit {
+			writeError(w, r, http.StatusRequestEntityTooLarge, "request body larger than "+strconv.FormatInt(limit, 10)+" bytes")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+	}
 	if ln.redirect != nil {
 		redirectScheme(w, r, ln.redirect)
 		return

@@ -42,6 +42,12 @@ type Options struct {
 	// DrainTimeout bounds how long requests on a removed listener may
 	// finish. Zero: 30s.
 	DrainTimeout time.Duration
+	// MaxURIBytes bounds the request target; longer ones get 414. Zero:
+	// 8 KiB.
+	MaxURIBytes int
+	// MaxRequestBodyBytes bounds request bodies; larger ones get 413.
+	// Zero: no limit (bodies are streamed, not buffered).
+	MaxRequestBodyBytes int64
 	// Sockets is the socket set to serve on. Nil: a new one.
 	Sockets *sockets.Set
 	// Registry receives the slow path's metrics. Nil: not exported.
@@ -84,6 +90,9 @@ func New(opts Options) *Proxy {
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 30 * time.Second
+	}
+	if opts.MaxURIBytes == 0 {
+		opts.MaxURIBytes = 8 << 10
 	}
 	p := &Proxy{
 		opts:       opts,
