@@ -4,10 +4,13 @@
 #
 #   1. Debian packages (apt), installed only when missing;
 #   2. the pinned Go tools of tools/go.mod (controller-gen, protoc-gen-go,
-#      protoc-gen-go-grpc, bpf2go), built into bin/tools/.
+#      protoc-gen-go-grpc, bpf2go, and h2spec, the HTTP/2 conformance tester
+#      the slow path's tests run), built into bin/tools/.
 #
 # With --lint it builds only golangci-lint (tools/lint/go.mod) into bin/tools/
-# and touches no Debian package; `make lint` uses that.
+# and touches no Debian package; `make lint` uses that. With --bench it
+# installs only the benchmark baselines and load generators (nginx-light,
+# haproxy, wrk, nghttp2-client); `make bench` uses that.
 #
 # Idempotent and quick (well under a second) when everything is present: a
 # stamp in bin/tools/ records the hash of the tool module files and the Go
@@ -113,7 +116,20 @@ case ${1:-} in
 --lint)
 	build_tools tools/lint lint
 	;;
+--bench)
+	# The baselines `make bench` compares against, and its load generators.
+	provides+=([nginx-light]=/usr/sbin/nginx [haproxy]=/usr/sbin/haproxy [wrk]=/usr/bin/wrk [nghttp2-client]=/usr/bin/h2load)
+	packages=(nginx-light haproxy wrk nghttp2-client)
+	# The harness starts its own nginx and HAProxy on 127.0.0.1; keep
+	# Debian's packages from starting system services (port 80) on install.
+	if [[ ! -e /usr/sbin/policy-rc.d && $(id -u) -eq 0 ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
+	install_packages
+	;;
 *)
-	die "usage: $0 [--lint]"
+	die "usage: $0 [--lint | --bench]"
 	;;
 esac

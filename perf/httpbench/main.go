@@ -1,0 +1,414 @@
+// Command httpbench measures the slow path against baselines in one run:
+// small keep-alive HTTP/1.1 responses (wrk) and HTTP/2 with prior knowledge
+// (h2load) sent directly to the backend, through nginx, through HAProxy
+// and through novaedge-agent, each proxy configured with the same single
+// route and pinned to its own core, the load generator and the backend to
+// another. It writes a Markdown report and a JSON file to -out.
+//
+// Run by hack/bench.sh (make bench), which installs nginx, haproxy, wrk and
+// h2load and builds bin/novaedge-agent first. Only 127.0.0.1 is used.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Ports, all on 127.0.0.1.
+const (
+	backendPort = 19500
+	nginxH1     = 19501
+	haproxyH1   = 19502
+	novaH1      = 19503
+	nginxH2     = 19511
+	haproxyH2   = 19512
+)
+
+type result struct {
+	Target      string  `json:"target"`
+	Protocol    string  `json:"protocol"`
+	RPS         float64 `json:"rps"`
+	P50ms       float64 `json:"p50_ms,omitempty"`
+	P99ms       float64 `json:"p99_ms,omitempty"`
+	MeanMs      float64 `json:"mean_ms,omitempty"`
+	Requests    float64 `json:"requests"`
+	CPUSeconds  float64 `json:"proxy_cpu_seconds"`
+	CPUusPerReq float64 `json:"proxy_cpu_us_per_request"`
+	Errors      string  `json:"errors,omitempty"`
+}
+
+func main() {
+	var (
+		out      = flag.String("out", "perf/results", "directory for the report")
+		agent    = flag.String("agent", "bin/novaedge-agent", "novaedge-agent binary")
+		duration = flag.Duration("duration", 10*time.Second, "length of each measurement")
+		conns    = flag.Int("connections", 64, "concurrent connections (wrk), clients (h2load: connections/4 with 16 streams each)")
+	)
+	flag.Parse()
+	log.SetFlags(0)
+	if runtime.NumCPU() < 2 {
+		log.Fatal("httpbench needs at least 2 CPUs: one for the proxy, one for the load generator and backend")
+	}
+	for _, tool := range []string{"nginx", "haproxy", "wrk", "h2load", "taskset"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			log.Fatalf("%s is missing: run hack/install-deps.sh --bench", tool)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "novaedge-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+
+	var procs []*exec.Cmd
+	stopAll := func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			_, _ = p.Process.Wait()
+		}
+		procs = nil
+	}
+	defer stopAll()
+	// fail stops every process started (log.Fatal would skip the defers).
+	fail := func(format string, args ...any) {
+		stopAll()
+		log.Fatalf(format, args...)
+	}
+	start := func(name string, core int, env []string, args ...string) *exec.Cmd {
+		cmd := exec.Command("taskset", append([]string{"-c", strconv.Itoa(core)}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		logf, err := os.Create(filepath.Join(tmp, name+".log"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			fail("start %s: %v", name, err)
+		}
+		procs = append(procs, cmd)
+		return cmd
+	}
+
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1} {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+			_ = c.Close()
+			log.Fatalf("port %d is in use (another benchmark running?)", port)
+		}
+	}
+
+	// The backend: nginx answering a small body, on the generator's core.
+	writeFile(tmp, "backend.conf", fmt.Sprintf(`worker_processes 1; daemon off; pid %[1]s/backend.pid; error_log %[1]s/backend.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:%[2]d; location / { return 200 "hello from backend\n"; } } }
+`, tmp, backendPort))
+	start("backend", 0, nil, "nginx", "-c", filepath.Join(tmp, "backend.conf"), "-e", filepath.Join(tmp, "backend.err"))
+
+	writeFile(tmp, "nginx.conf", fmt.Sprintf(`worker_processes 1; daemon off; pid %[1]s/nginx.pid; error_log %[1]s/nginx.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000; http2_max_requests 1000000;
+  upstream be { server 127.0.0.1:%[2]d; keepalive 128; }
+  server { listen 127.0.0.1:%[3]d; listen 127.0.0.1:%[4]d http2;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+`, tmp, backendPort, nginxH1, nginxH2))
+	nginx := start("nginx", 1, nil, "nginx", "-c", filepath.Join(tmp, "nginx.conf"), "-e", filepath.Join(tmp, "nginx.err"))
+
+	writeFile(tmp, "haproxy.cfg", fmt.Sprintf(`global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:%d
+  bind 127.0.0.1:%d proto h2
+  default_backend be
+backend be
+  server s1 127.0.0.1:%d
+`, haproxyH1, haproxyH2, backendPort))
+	haproxy := start("haproxy", 1, nil, "haproxy", "-f", filepath.Join(tmp, "haproxy.cfg"), "-db")
+
+	writeFile(tmp, "novaedge.yaml", fmt.Sprintf(`apiVersion: novaedge.io/v1alpha1
+kind: ProxyVIP
+metadata: {name: bench}
+spec: {address: 127.0.0.1/32, mode: Local, ports: [%[1]d]}
+---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyGateway
+metadata: {name: bench, namespace: bench}
+spec:
+  vipRef: bench
+  listeners: [{name: http, port: %[1]d, protocol: HTTP}]
+---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyRoute
+metadata: {name: all, namespace: bench}
+spec:
+  rules: [{backendRefs: [{name: backend}]}]
+---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyBackend
+metadata: {name: backend, namespace: bench}
+spec:
+  lbPolicy: RoundRobin
+  endpoints: [{address: 127.0.0.1, port: %[2]d}]
+`, novaH1, backendPort))
+	nova := start("novaedge", 1, []string{"GOMAXPROCS=1"}, *agent, "--standalone", "--config", filepath.Join(tmp, "novaedge.yaml"),
+		"--admin-socket", filepath.Join(tmp, "agent.sock"), "--metrics-addr", "", "--state-dir", tmp, "--handoff-socket", "",
+		"--bind-local-vips=false", "--watch=false", "--log-level", "warn")
+
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1} {
+		if err := waitPort(port, 20*time.Second); err != nil {
+			fail("port %d: %v (logs in %s)", port, err, tmp)
+		}
+	}
+
+	type target struct {
+		name   string
+		h1, h2 int
+		cmd    *exec.Cmd // nil: direct
+	}
+	targets := []target{
+		{"direct", backendPort, 0, nil},
+		{"nginx", nginxH1, nginxH2, nginx},
+		{"haproxy", haproxyH1, haproxyH2, haproxy},
+		{"novaedge", novaH1, novaH1, nova},
+	}
+	var results []result
+	for _, t := range targets {
+		// Warm up connection pools and caches.
+		_, _ = runWrk(t.h1, 2*time.Second, *conns)
+		cpu0 := treeCPU(t.cmd)
+		r, err := runWrk(t.h1, *duration, *conns)
+		r.Target, r.Protocol = t.name, "http/1.1"
+		if err != nil {
+			r.Errors = err.Error()
+		}
+		r.CPUSeconds = treeCPU(t.cmd) - cpu0
+		if r.Requests > 0 && t.cmd != nil {
+			r.CPUusPerReq = r.CPUSeconds / r.Requests * 1e6
+		}
+		results = append(results, r)
+		log.Printf("%-9s http/1.1 %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req %s", t.name, r.RPS, r.P50ms, r.P99ms, r.CPUusPerReq, r.Errors)
+		if t.h2 == 0 {
+			continue
+		}
+		cpu0 = treeCPU(t.cmd)
+		r2, err := runH2load(t.h2, *duration, *conns)
+		r2.Target, r2.Protocol = t.name, "h2c"
+		if err != nil {
+			r2.Errors = err.Error()
+		}
+		r2.CPUSeconds = treeCPU(t.cmd) - cpu0
+		if r2.Requests > 0 {
+			r2.CPUusPerReq = r2.CPUSeconds / r2.Requests * 1e6
+		}
+		results = append(results, r2)
+		log.Printf("%-9s h2c      %10.0f req/s  mean %6.3f ms               %5.1f µs CPU/req %s", t.name, r2.RPS, r2.MeanMs, r2.CPUusPerReq, r2.Errors)
+	}
+	if err := writeReport(*out, results, *duration, *conns); err != nil {
+		fail("%v", err)
+	}
+}
+
+func writeFile(dir, name, content string) {
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func waitPort(port int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// treeCPU returns the user+system CPU seconds of cmd's process and its
+// children (nginx's worker), read from /proc.
+func treeCPU(cmd *exec.Cmd) float64 {
+	if cmd == nil {
+		return 0
+	}
+	total := 0.0
+	var walk func(pid int)
+	walk = func(pid int) {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// Fields after the parenthesised command name.
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		total += (ut + st) / 100 // USER_HZ
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		for _, k := range strings.Fields(string(kids)) {
+			if n, err := strconv.Atoi(k); err == nil {
+				walk(n)
+			}
+		}
+	}
+	walk(cmd.Process.Pid)
+	return total
+}
+
+var (
+	reqPerSec = regexp.MustCompile(`Requests/sec:\s+([\d.]+)`)
+	pct       = regexp.MustCompile(`(?m)^\s+(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s)`)
+	total     = regexp.MustCompile(`(\d+) requests in`)
+	h2rps     = regexp.MustCompile(`finished in [\d.]+\w+, ([\d.]+) req/s`)
+	h2done    = regexp.MustCompile(`requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored`)
+	h2mean    = regexp.MustCompile(`time for request:\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)`)
+)
+
+func toMs(v string, unit string) float64 {
+	f, _ := strconv.ParseFloat(v, 64)
+	switch unit {
+	case "us":
+		return f / 1000
+	case "s":
+		return f * 1000
+	}
+	return f
+}
+
+func runWrk(port int, d time.Duration, conns int) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "taskset", "-c", "0", "wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d.Seconds()))+"s",
+		"--latency", "http://127.0.0.1:"+strconv.Itoa(port)+"/").CombinedOutput()
+	var r result
+	if err != nil {
+		return r, fmt.Errorf("wrk: %w: %s", err, out)
+	}
+	s := string(out)
+	if m := reqPerSec.FindStringSubmatch(s); m != nil {
+		r.RPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if m := total.FindStringSubmatch(s); m != nil {
+		r.Requests, _ = strconv.ParseFloat(m[1], 64)
+	}
+	for _, m := range pct.FindAllStringSubmatch(s, -1) {
+		if m[1] == "50" {
+			r.P50ms = toMs(m[2], m[3])
+		} else {
+			r.P99ms = toMs(m[2], m[3])
+		}
+	}
+	if strings.Contains(s, "Non-2xx") || strings.Contains(s, "Socket errors") {
+		sc := bufio.NewScanner(strings.NewReader(s))
+		for sc.Scan() {
+			if l := sc.Text(); strings.Contains(l, "Non-2xx") || strings.Contains(l, "Socket errors") {
+				return r, errors.New(strings.TrimSpace(l))
+			}
+		}
+	}
+	return r, nil
+}
+
+func runH2load(port int, d time.Duration, conns int) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	clients := max(conns/4, 1)
+	out, err := exec.CommandContext(ctx, "taskset", "-c", "0", "h2load", "-t1", "-c"+strconv.Itoa(clients), "-m16",
+		"-D", strconv.Itoa(int(d.Seconds())), "http://127.0.0.1:"+strconv.Itoa(port)+"/").CombinedOutput()
+	var r result
+	if err != nil {
+		return r, fmt.Errorf("h2load: %w: %s", err, out)
+	}
+	s := string(out)
+	if m := h2rps.FindStringSubmatch(s); m != nil {
+		r.RPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if m := h2mean.FindStringSubmatch(s); m != nil {
+		r.MeanMs = toMs(m[1], m[2])
+	}
+	if m := h2done.FindStringSubmatch(s); m != nil {
+		r.Requests, _ = strconv.ParseFloat(m[2], 64)
+		if m[3] != "0" || m[4] != "0" {
+			return r, fmt.Errorf("h2load: %s failed, %s errored", m[3], m[4])
+		}
+	}
+	return r, nil
+}
+
+func writeReport(dir string, rs []result, d time.Duration, conns int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stamp := time.Now().UTC().Format("2006-01-02T150405Z")
+	raw, _ := json.MarshalIndent(rs, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "http-"+stamp+".json"), append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	find := func(target, proto string) *result {
+		for i := range rs {
+			if rs[i].Target == target && rs[i].Protocol == proto {
+				return &rs[i]
+			}
+		}
+		return nil
+	}
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# HTTP proxy benchmark, %s\n\nMachine %s, %d CPUs, %s. Each proxy pinned to CPU 1 (one worker/thread; novaedge with GOMAXPROCS=1); wrk/h2load and the nginx backend on CPU 0. %s per measurement, %d connections (h2load: %d clients × 16 streams). Response: 19 bytes.\n\n",
+		stamp, host, runtime.NumCPU(), runtime.Version(), d, conns, max(conns/4, 1))
+	for _, proto := range []string{"http/1.1", "h2c"} {
+		ha := find("haproxy", proto)
+		fmt.Fprintf(&b, "## %s\n\n| target | req/s | vs HAProxy | p50 ms | p99 ms | mean ms | proxy CPU µs/req | errors |\n|---|---|---|---|---|---|---|---|\n", proto)
+		for _, r := range rs {
+			if r.Protocol != proto {
+				continue
+			}
+			ratio := "-"
+			if ha != nil && ha.RPS > 0 {
+				ratio = fmt.Sprintf("%.2f", r.RPS/ha.RPS)
+			}
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.Target, r.RPS, ratio, num(r.P50ms), num(r.P99ms), num(r.MeanMs), num(r.CPUusPerReq), r.Errors)
+		}
+		b.WriteString("\n")
+	}
+	if nv, ha := find("novaedge", "http/1.1"), find("haproxy", "http/1.1"); nv != nil && ha != nil && ha.RPS > 0 && ha.P99ms > 0 {
+		fmt.Fprintf(&b, "NovaEdge / HAProxy: throughput %.2f×, p99 %.2f× (goal ≥ 1.0× and ≤ 1.2×).\n", nv.RPS/ha.RPS, nv.P99ms/ha.P99ms)
+	}
+	path := filepath.Join(dir, "http-"+stamp+".md")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	log.Printf("report: %s", path)
+	return nil
+}
+
+func num(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(f, 'f', 3, 64)
+}

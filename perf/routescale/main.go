@@ -1,0 +1,300 @@
+// Command routescale measures how the slow path scales with routes:
+//
+//   - time until a newly added route serves, with 3000 routes configured:
+//     in process (snapshot compile + switch + first request, the part a
+//     controller-driven agent pays) and end to end in a standalone agent
+//     (file write → inotify → YAML validation → build → switch → first
+//     request);
+//   - resident memory of novaedge-agent with 5000 routes, beside the same
+//     agent with one route.
+//
+// Run by hack/bench.sh (make bench). Only 127.0.0.1 is used.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/slowpath"
+	"github.com/novaedge/novaedge/slowpath/sockets"
+)
+
+func main() {
+	out := flag.String("out", "perf/results", "directory for the report")
+	agent := flag.String("agent", "bin/novaedge-agent", "novaedge-agent binary")
+	flag.Parse()
+	log.SetFlags(0)
+
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer backend.Close()
+
+	var b strings.Builder
+	stamp := time.Now().UTC().Format("2006-01-02T150405Z")
+	fmt.Fprintf(&b, "# Route scale, %s\n\n", stamp)
+
+	inproc, err := inProcess(backend.Listener.Addr().String(), 3000, 50)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, in process\n\nCompile the snapshot with one more route, switch, first request with the new Host answered (50 times):\n\n%s\n\n", inproc)
+	log.Print("in process: ", inproc)
+
+	e2e, err := standalone(*agent, backend.Listener.Addr().String(), 3000, 5)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered (includes the 200 ms inotify debounce and CRD validation of all 3000 routes; 5 times):\n\n%s\n\n", e2e)
+	log.Print("standalone: ", e2e)
+
+	one, err := rss(*agent, backend.Listener.Addr().String(), 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	many, err := rss(*agent, backend.Listener.Addr().String(), 5000)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Fprintf(&b, "## Resident memory of novaedge-agent\n\n| routes | VmRSS | startup until ready |\n|---|---|---|\n| 1 | %s |\n| 5000 | %s |\n", one, many)
+	log.Printf("RSS: 1 route %s; 5000 routes %s", one, many)
+
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	path := filepath.Join(*out, "routes-"+stamp+".md")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("report: %s", path)
+}
+
+func host(i int) string { return "r" + strconv.Itoa(i) + ".bench.test" }
+
+func snapshot(port uint16, backend string, n int) *pb.ConfigSnapshot {
+	ap := netip.MustParseAddrPort(backend)
+	l := &pb.Listener{Name: "bench/gw/http", Gateway: "bench/gw", Addresses: []string{"127.0.0.1"}, Port: uint32(port), Protocol: pb.Protocol_PROTOCOL_HTTP}
+	c := &pb.ClusterConfig{Listeners: []*pb.Listener{l}, Backends: []*pb.Backend{{
+		Name: "bench/be", Endpoints: []*pb.Endpoint{{Address: ap.Addr().String(), Port: uint32(ap.Port()), Weight: 1, State: pb.EndpointState_ENDPOINT_STATE_HEALTHY}},
+	}}}
+	for i := range n {
+		name := fmt.Sprintf("bench/r%05d", i)
+		c.Routes = append(c.Routes, &pb.Route{Name: name, Kind: pb.RouteKind_ROUTE_KIND_HTTP, Hostnames: []string{host(i)}, Listeners: []string{l.Name},
+			Rules: []*pb.RouteRule{{
+				Matches:  []*pb.RouteMatch{{Path: &pb.StringMatch{Type: pb.MatchType_MATCH_TYPE_PREFIX, Value: "/api"}}, {Path: &pb.StringMatch{Type: pb.MatchType_MATCH_TYPE_EXACT, Value: "/"}}},
+				Backends: []*pb.WeightedBackend{{Backend: "bench/be", Weight: 1}},
+			}}})
+		l.Routes = append(l.Routes, name)
+	}
+	return &pb.ConfigSnapshot{Version: uint64(n), Cluster: c}
+}
+
+func get(addr, hostname string) (int, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/x", nil)
+	req.Host = hostname
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func percentiles(ds []time.Duration) string {
+	slices.Sort(ds)
+	p := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", p(0.5).Round(10*time.Microsecond), p(0.99).Round(10*time.Microsecond), ds[len(ds)-1].Round(10*time.Microsecond), len(ds))
+}
+
+func inProcess(backend string, n, reps int) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	key := sockets.Key{Network: "tcp", Addr: netip.MustParseAddrPort(ln.Addr().String())}
+	set := sockets.NewSet()
+	if err := set.Adopt(&sockets.Socket{Key: key, Listener: ln}); err != nil {
+		return "", err
+	}
+	p := slowpath.New(slowpath.Options{Sockets: set})
+	defer p.Close()
+	apply := func(s *pb.ConfigSnapshot) error {
+		ch, err := p.Compile(s)
+		if err != nil {
+			return err
+		}
+		return ch.Apply(context.Background())
+	}
+	if err := apply(snapshot(key.Addr.Port(), backend, n)); err != nil {
+		return "", err
+	}
+	var ds []time.Duration
+	for i := range reps {
+		s := snapshot(key.Addr.Port(), backend, n+i+1)
+		start := time.Now()
+		if err := apply(s); err != nil {
+			return "", err
+		}
+		code, err := get(ln.Addr().String(), host(n+i))
+		if err != nil || code != 200 {
+			return "", fmt.Errorf("new route %d: %d %v", n+i, code, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return percentiles(ds), nil
+}
+
+// yamlConfig is a standalone configuration with n routes.
+func yamlConfig(port int, backend string, n int) string {
+	ap := netip.MustParseAddrPort(backend)
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: novaedge.io/v1alpha1
+kind: ProxyVIP
+metadata: {name: bench}
+spec: {address: 127.0.0.1/32, mode: Local}
+---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyGateway
+metadata: {name: gw, namespace: bench}
+spec:
+  vipRef: bench
+  listeners: [{name: http, port: %d, protocol: HTTP}]
+---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyBackend
+metadata: {name: be, namespace: bench}
+spec:
+  endpoints: [{address: %s, port: %d}]
+`, port, ap.Addr(), ap.Port())
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyRoute
+metadata: {name: r%05d, namespace: bench}
+spec:
+  hostnames: [%s]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /api}}, {path: {type: Exact, value: /}}]
+      backendRefs: [{name: be}]
+`, i, host(i))
+	}
+	return b.String()
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type agentProc struct {
+	cmd  *exec.Cmd
+	dir  string
+	addr string
+}
+
+func startAgent(bin, backend string, n int) (*agentProc, time.Duration, error) {
+	dir, err := os.MkdirTemp("", "novaedge-routescale")
+	if err != nil {
+		return nil, 0, err
+	}
+	port := freePort()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(yamlConfig(port, backend, n)), 0o644); err != nil {
+		return nil, 0, err
+	}
+	a := &agentProc{dir: dir, addr: "127.0.0.1:" + strconv.Itoa(port)}
+	a.cmd = exec.Command(bin, "--standalone", "--config", cfg, "--admin-socket", filepath.Join(dir, "a.sock"), "--metrics-addr", "",
+		"--state-dir", dir, "--handoff-socket", "", "--bind-local-vips=false", "--log-level", "warn")
+	logf, _ := os.Create(filepath.Join(dir, "agent.log"))
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := a.cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if code, err := get(a.addr, host(0)); err == nil && code == 200 {
+			return a, time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			a.stop()
+			return nil, 0, fmt.Errorf("agent with %d routes not serving after 2 minutes (log %s)", n, filepath.Join(dir, "agent.log"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (a *agentProc) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Wait()
+	_ = os.RemoveAll(a.dir)
+}
+
+func rss(bin, backend string, n int) (string, error) {
+	a, startup, err := startAgent(bin, backend, n)
+	if err != nil {
+		return "", err
+	}
+	defer a.stop()
+	time.Sleep(2 * time.Second) // let the first GC cycles settle
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")) + " | " + startup.Round(time.Millisecond).String(), nil
+		}
+	}
+	return "", fmt.Errorf("no VmRSS for pid %d", a.cmd.Process.Pid)
+}
+
+func standalone(bin, backend string, n, reps int) (string, error) {
+	a, _, err := startAgent(bin, backend, n)
+	if err != nil {
+		return "", err
+	}
+	defer a.stop()
+	port, _ := strconv.Atoi(a.addr[strings.LastIndexByte(a.addr, ':')+1:])
+	var ds []time.Duration
+	for i := range reps {
+		cfg := yamlConfig(port, backend, n+i+1)
+		tmp := filepath.Join(a.dir, "config.yaml.tmp")
+		if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {
+			return "", err
+		}
+		start := time.Now()
+		if err := os.Rename(tmp, filepath.Join(a.dir, "config.yaml")); err != nil {
+			return "", err
+		}
+		deadline := start.Add(time.Minute)
+		for {
+			if code, err := get(a.addr, host(n+i)); err == nil && code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("route %d not served a minute after the file changed", n+i)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return percentiles(ds), nil
+}
