@@ -279,12 +279,16 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		out.URL.Host = ep.Addr
-		ctx, cancel := context.WithCancel(req.Context())
+		// A per-try timeout needs a context of its own; without one the
+		// request's context is enough (and saves two allocations).
+		cancel := func() {}
 		var timer *time.Timer
 		if perTry > 0 {
+			var ctx context.Context
+			ctx, cancel = context.WithCancel(req.Context())
 			timer = time.AfterFunc(perTry, cancel)
+			out = out.WithContext(ctx)
 		}
-		out = out.WithContext(ctx)
 
 		ep.Begin()
 		resp, err := be.transport.RoundTrip(out)

@@ -29,7 +29,7 @@ import (
 
 // env is a slow path serving on a loopback socket the test opened.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	p    *Proxy
 	addr string // 127.0.0.1:port
 	port uint32
@@ -54,7 +54,9 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvB(t) }
+
+func newEnvB(t testing.TB) *env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
