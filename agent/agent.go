@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -396,6 +397,10 @@ func (a *Agent) switchTo(ctx context.Context, cand Candidate, reason string, res
 			a.log.Warn("could not keep the configuration on disk; a restart with a broken configuration will have nothing to fall back to", "error", err)
 		}
 	}
+	// Loading and validating a large configuration allocates far more than
+	// the result keeps; give that memory back now rather than holding it
+	// until the next reload (reloads are rare, a forced GC is cheap here).
+	debug.FreeOSMemory()
 	plan := snap.GetCluster().GetPlan()
 	a.log.Info("configuration applied", "reason", reason, "version", snap.GetVersion(),
 		"hash", shortHash(snap.GetContentHash()), "listeners", len(snap.GetCluster().GetListeners()),
