@@ -37,6 +37,8 @@ type backend struct {
 	endpoints []*endpoint.Endpoint // those in the balancer
 	transport *http.Transport
 	state     *backendState
+	// connectTimeout bounds L4 dials (HTTP dials use the transport's).
+	connectTimeout time.Duration
 	limits    limits
 	// healthCfg and outlierCfg are applied to state at switch time.
 	healthCfg  *health.Config

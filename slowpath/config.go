@@ -27,6 +27,10 @@ import (
 type Config struct {
 	version   uint64
 	listeners map[sockets.Key]*listener
+	// l4 are the TCP, UDP and TLS listeners this node serves in the slow
+	// path (those the plan marks SLOW, and the FAST ones while no fast path
+	// runs, Options.ServeFastPlan).
+	l4 map[sockets.Key]*l4Listener
 	backends  map[string]*backend
 	// keys are the sockets this configuration needs, sorted.
 	keys []sockets.Key
@@ -83,7 +87,7 @@ func socketKeys(l *pb.Listener) ([]sockets.Key, error) {
 			return nil, fmt.Errorf("address %q: %w", a, err)
 		}
 		network := "tcp"
-		if l.GetProtocol() == pb.Protocol_PROTOCOL_HTTP3 {
+		if l.GetProtocol() == pb.Protocol_PROTOCOL_HTTP3 || l.GetProtocol() == pb.Protocol_PROTOCOL_UDP {
 			network = "udp"
 		}
 		out = append(out, sockets.Key{Network: network, Addr: netip.AddrPortFrom(ip, uint16(l.GetPort()))})
@@ -99,6 +103,7 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 	cfg := &Config{
 		version:       snap.GetVersion(),
 		listeners:     map[sockets.Key]*listener{},
+		l4:            map[sockets.Key]*l4Listener{},
 		backends:      map[string]*backend{},
 		newStates:     map[string]*backendState{},
 		newEndpoints:  map[string]*endpoint.Endpoint{},
@@ -124,8 +129,35 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 		}
 	}
 
+	slowL4 := map[string]bool{}
+	for _, e := range c.GetPlan() {
+		if e.GetPath() == pb.DataPath_DATA_PATH_SLOW || p.opts.ServeFastPlan {
+			slowL4[e.GetListener()] = true
+		}
+	}
 	for _, l := range c.GetListeners() {
 		if !served(l.GetProtocol()) {
+			if !slowL4[l.GetName()] {
+				continue // the XDP fast path serves it
+			}
+			l4l, err := compileL4(l, c.GetRoutes(), store)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("listener %s: %w", l.GetName(), err))
+				continue
+			}
+			keys, err := socketKeys(l)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("listener %s: %w", l.GetName(), err))
+				continue
+			}
+			for _, k := range keys {
+				if _, dup := cfg.l4[k]; dup || cfg.listeners[k] != nil {
+					errs = append(errs, fmt.Errorf("listener %s: %s is already served by another listener", l.GetName(), k))
+					continue
+				}
+				cfg.l4[k] = l4l
+				cfg.keys = append(cfg.keys, k)
+			}
 			continue
 		}
 		ln, err := p.compileListener(l, c.GetRoutes(), store, sslRedirect[l.GetGateway()])
@@ -147,6 +179,10 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 			continue
 		}
 		for _, k := range keys {
+			if cfg.l4[k] != nil {
+				errs = append(errs, fmt.Errorf("listener %s: %s is already served by another listener", l.GetName(), k))
+				continue
+			}
 			if prev, dup := cfg.listeners[k]; dup {
 				errs = append(errs, fmt.Errorf("listener %s: %s is already served by listener %s", l.GetName(), k, prev.name))
 				continue
@@ -212,7 +248,8 @@ func (p *Proxy) compileBackend(b *pb.Backend, store *certs.Store, pems map[strin
 		st = &backendState{name: b.GetName()}
 		cfg.newStates[b.GetName()] = st
 	}
-	be := &backend{name: b.GetName(), protocol: proto, hash: b.GetHashPolicy(), state: st}
+	be := &backend{name: b.GetName(), protocol: proto, hash: b.GetHashPolicy(), state: st,
+		connectTimeout: msOr(b.GetConnectTimeoutMs(), 5*time.Second)}
 
 	var targets []lb.Target
 	for _, ep := range b.GetEndpoints() {

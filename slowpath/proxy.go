@@ -52,6 +52,10 @@ type Options struct {
 	Sockets *sockets.Set
 	// Registry receives the slow path's metrics. Nil: not exported.
 	Registry prometheus.Registerer
+	// ServeFastPlan makes the slow path also serve the TCP, UDP and TLS
+	// listeners the plan gives to the XDP fast path: set it while no fast
+	// path runs on this node, so those services still answer.
+	ServeFastPlan bool
 }
 
 // Proxy is the slow path. It implements agent.Applier: each snapshot is
@@ -154,7 +158,19 @@ func (p *Proxy) Switch(ctx context.Context, cfg *Config) error {
 		p.transports[k] = tr
 	}
 
+	// A socket whose kind of server changes (HTTP, HTTP/3, L4) is closed
+	// and opened again for the new kind.
+	for _, k := range cfg.keys {
+		if srv, ok := p.servers[k]; ok && serverKind(srv) != cfg.kind(k) {
+			p.remove(k)
+		}
+	}
 	_, openErr := p.socks.Open(ctx, cfg.keys)
+	// Health state is set up before the configuration is published, so no
+	// request sees a backend without its outlier detection.
+	for _, be := range cfg.backends {
+		p.updateHealth(be)
+	}
 	p.cfg.Store(cfg)
 	// Serve every socket of the configuration that has no server yet:
 	// those just opened and those adopted from a previous process.
@@ -166,9 +182,6 @@ func (p *Proxy) Switch(ctx context.Context, cfg *Config) error {
 			p.serve(s)
 		}
 	}
-	for _, be := range cfg.backends {
-		p.updateHealth(be)
-	}
 
 	// Drop what the new configuration does not use. A TCP listener closes
 	// at once (no new connections) and its requests drain; a QUIC server
@@ -178,21 +191,7 @@ func (p *Proxy) Switch(ctx context.Context, cfg *Config) error {
 		if slices.Contains(cfg.keys, k) {
 			continue
 		}
-		sock, _ := p.socks.Detach(k)
-		srv := p.servers[k]
-		delete(p.servers, k)
-		if k.Network == "tcp" {
-			_ = sock.Listener.Close()
-		}
-		go func() {
-			if srv != nil {
-				p.drain(srv)
-			}
-			if k.Network == "udp" {
-				_ = sock.PacketConn.Close()
-			}
-		}()
-		p.log.Info("listener closed", "socket", k.String())
+		p.remove(k)
 	}
 	for name, st := range p.states {
 		if _, ok := cfg.backends[name]; !ok {
@@ -212,6 +211,48 @@ func (p *Proxy) Switch(ctx context.Context, cfg *Config) error {
 		}
 	}
 	return openErr
+}
+
+// remove stops serving socket k: a TCP listener closes at once and its
+// connections drain; a UDP socket closes after its server has stopped.
+func (p *Proxy) remove(k sockets.Key) {
+	sock, ok := p.socks.Detach(k)
+	srv := p.servers[k]
+	delete(p.servers, k)
+	if ok && k.Network == "tcp" {
+		_ = sock.Listener.Close()
+	}
+	go func() {
+		if srv != nil {
+			p.drain(srv)
+		}
+		if ok && k.Network == "udp" {
+			_ = sock.PacketConn.Close()
+		}
+	}()
+	p.log.Info("listener closed", "socket", k.String())
+}
+
+// serverKind names what serves a socket.
+func serverKind(s server) string {
+	switch s.(type) {
+	case *l4Server:
+		return "l4"
+	case *http3.Server:
+		return "quic"
+	}
+	return "http"
+}
+
+// kind says which server a configuration wants on socket k.
+func (cfg *Config) kind(k sockets.Key) string {
+	switch {
+	case cfg.l4[k] != nil:
+		return "l4"
+	case k.Network == "udp":
+		return "quic"
+	}
+	return "http"
 }
 
 // updateHealth (re)starts the backend's active checks and outlier detection
@@ -257,6 +298,10 @@ func (st *backendState) stop() {
 // is decided per connection from the configuration at accept time.
 func (p *Proxy) serve(s *sockets.Socket) {
 	key := s.Key
+	if p.cfg.Load().kind(key) == "l4" {
+		p.serveL4(s)
+		return
+	}
 	var handler http.HandlerFunc
 	handler = func(w http.ResponseWriter, r *http.Request) {
 		if h2cUpgrade(r) && p.serveH2CUpgrade(w, r, handler) {

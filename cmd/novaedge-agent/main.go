@@ -63,8 +63,9 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "NovaEdge node agent: VIPs, the XDP fast path and the L7 slow path on this node",
 		Long: `novaedge-agent runs on every node. It receives configuration snapshots, checks
 and compiles them, and switches the node's data planes to them as a whole:
-Local VIP addresses and the Go L7 proxy (HTTP and HTTPS listeners) now; the
-XDP fast path and VIP announcement (ARP/NDP, BGP, OSPF) as they land.
+Local VIP addresses and the Go proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and
+TLS listeners) now; the XDP fast path and VIP announcement (ARP/NDP, BGP,
+OSPF) as they land.
 
 Standalone mode (--standalone) needs no Kubernetes: the agent reads YAML files
 of the NovaEdge kinds (--config, a file or a directory of *.yaml/*.yml; without
@@ -187,7 +188,9 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Registry = reg
-	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg})
+	// No XDP fast path runs in this build: the slow path also serves the
+	// TCP, UDP and TLS listeners the plan gives to it.
+	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg, ServeFastPlan: true})
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
 	serveOpts := agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}

@@ -61,6 +61,7 @@ func TestDemoScript(t *testing.T) {
 		"demo-vip  127.0.10.1:9000/tcp  FAST",
 		"request 1: hello from web-",
 		"request 4: hello from web-",
+		`got back "hello over TCP"`,
 		"released 127.0.10.1/32 from lo",
 	} {
 		if !strings.Contains(string(out), want) {
