@@ -39,7 +39,7 @@ type backend struct {
 	state     *backendState
 	// connectTimeout bounds L4 dials (HTTP dials use the transport's).
 	connectTimeout time.Duration
-	limits    limits
+	limits         limits
 	// healthCfg and outlierCfg are applied to state at switch time.
 	healthCfg  *health.Config
 	outlierCfg health.OutlierConfig

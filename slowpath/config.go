@@ -30,8 +30,8 @@ type Config struct {
 	// l4 are the TCP, UDP and TLS listeners this node serves in the slow
 	// path (those the plan marks SLOW, and the FAST ones while no fast path
 	// runs, Options.ServeFastPlan).
-	l4 map[sockets.Key]*l4Listener
-	backends  map[string]*backend
+	l4       map[sockets.Key]*l4Listener
+	backends map[string]*backend
 	// keys are the sockets this configuration needs, sorted.
 	keys []sockets.Key
 	// What this configuration creates and uses of the proxy's long-lived
