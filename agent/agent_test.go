@@ -416,3 +416,20 @@ func TestCache(t *testing.T) {
 		})
 	}
 }
+
+// TestFileSourceSkipsUnchangedFiles: reading unchanged files again returns
+// the previous candidate without building it again; a changed byte builds
+// anew.
+func TestFileSourceSkipsUnchangedFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeConfig(t, path)
+	src := fileSource(path)
+	first := src.Load()
+	if again := src.Load(); again.Snapshot != first.Snapshot {
+		t.Fatal("unchanged files were built again")
+	}
+	writeConfig(t, path, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck")
+	if changed := src.Load(); changed.Snapshot == first.Snapshot {
+		t.Fatal("a changed file was not read")
+	}
+}

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -60,6 +62,10 @@ type FileSource struct {
 	// before reporting a change (editors write a file in several steps).
 	// Zero means 200ms.
 	Debounce time.Duration
+
+	mu      sync.Mutex
+	lastSum [sha256.Size]byte
+	last    *Candidate
 }
 
 var _ Source = (*FileSource)(nil)
@@ -79,6 +85,52 @@ func (s *FileSource) Describe() []string {
 // returned as diagnostics; the snapshot holds every resource without an
 // error (snapshot.Build's rules).
 func (s *FileSource) Load() Candidate {
+	// Files whose bytes did not change give the same candidate without
+	// parsing and validating them again: SIGHUP, a touch, or the event
+	// Watch reports when it starts cost a hash, not a build.
+	sum, ok := s.fingerprint()
+	s.mu.Lock()
+	if ok && s.last != nil && sum == s.lastSum {
+		c := *s.last
+		s.mu.Unlock()
+		return c
+	}
+	s.mu.Unlock()
+	c := s.load()
+	if ok {
+		s.mu.Lock()
+		s.lastSum, s.last = sum, &c
+		s.mu.Unlock()
+	}
+	return c
+}
+
+// fingerprint hashes the names and contents of the files Load reads; false
+// when they cannot all be read (Load then reports why).
+func (s *FileSource) fingerprint() ([sha256.Size]byte, bool) {
+	h := sha256.New()
+	if len(s.Paths) == 0 {
+		h.Write(s.Default)
+	} else {
+		files, err := manifest.Files(s.Paths...)
+		if err != nil {
+			return [sha256.Size]byte{}, false
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return [sha256.Size]byte{}, false
+			}
+			fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+			h.Write(data)
+		}
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	return sum, true
+}
+
+func (s *FileSource) load() Candidate {
 	var (
 		res   *loader.Result
 		diags diag.List

@@ -78,6 +78,19 @@ func fileError(file string, err error) diag.Diagnostic {
 
 // expand returns path itself for a file, and the YAML files in it for a
 // directory.
+// Files returns the files Load reads for paths, in the order it reads them.
+func Files(paths ...string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		fs, err := expand(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs...)
+	}
+	return out, nil
+}
+
 func expand(path string) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
