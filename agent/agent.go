@@ -127,6 +127,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the time. Nil: time.Now.
 	Now func() time.Time
+	// Pprof serves Go's profiles under /debug/pprof/ on the ops server.
+	// Off by default: profiles reveal internals and cost CPU on request.
+	Pprof bool
 }
 
 // Agent runs the pipeline.

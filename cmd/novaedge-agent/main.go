@@ -48,6 +48,7 @@ type flags struct {
 	watch         bool
 	bindLocalVIPs bool
 	handoffSocket string
+	pprof         bool
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -107,6 +108,7 @@ build.`,
 	fl.BoolVar(&f.dryRun, "dry-run", false, "load and check the configuration, print its problems and the fast/slow path plan, and exit (1 if it has errors); changes nothing")
 	fl.BoolVar(&f.watch, "watch", true, "re-read the configuration files when they change (SIGHUP and novaedgectl reload work either way)")
 	fl.StringVar(&f.handoffSocket, "handoff-socket", "/run/novaedge/handoff.sock", "Unix socket for restarts without a refused connection: a starting agent takes the listening sockets of the running one here, and the running one then drains and exits; empty: no handoff")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (for performance investigations; do not expose)")
 	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
 	return cmd
 }
@@ -175,6 +177,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		Version:      version,
 		Features:     features,
 		Logger:       log,
+		Pprof:        f.pprof,
 	}
 	if f.bindLocalVIPs {
 		m, err := local.New(local.Options{StateFile: filepath.Join(f.stateDir, "local-vips.json"), Logger: log})
