@@ -18,6 +18,9 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +40,7 @@ const (
 	novaH1      = 19503
 	nginxH2     = 19511
 	haproxyH2   = 19512
+	plainRP     = 19504
 )
 
 type result struct {
@@ -59,8 +63,12 @@ func main() {
 		duration = flag.Duration("duration", 10*time.Second, "length of each measurement")
 		conns    = flag.Int("connections", 64, "concurrent connections (wrk), clients (h2load: connections/4 with 16 streams each)")
 	)
+	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
 	flag.Parse()
 	log.SetFlags(0)
+	if *serveRP != "" {
+		log.Fatal(plainReverseProxy(*serveRP))
+	}
 	if runtime.NumCPU() < 2 {
 		log.Fatal("httpbench needs at least 2 CPUs: one for the proxy, one for the load generator and backend")
 	}
@@ -104,7 +112,7 @@ func main() {
 		return cmd
 	}
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1} {
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP} {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			_ = c.Close()
 			log.Fatalf("port %d is in use (another benchmark running?)", port)
@@ -175,7 +183,13 @@ spec:
 		"--admin-socket", filepath.Join(tmp, "agent.sock"), "--metrics-addr", "", "--state-dir", tmp, "--handoff-socket", "",
 		"--bind-local-vips=false", "--watch=false", "--log-level", "warn")
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1} {
+	self, err := os.Executable()
+	if err != nil {
+		fail("%v", err)
+	}
+	rp := start("reverseproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-reverse-proxy", "127.0.0.1:"+strconv.Itoa(plainRP))
+
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP} {
 		if err := waitPort(port, 20*time.Second); err != nil {
 			fail("port %d: %v (logs in %s)", port, err, tmp)
 		}
@@ -191,6 +205,8 @@ spec:
 		{"nginx", nginxH1, nginxH2, nginx},
 		{"haproxy", haproxyH1, haproxyH2, haproxy},
 		{"novaedge", novaH1, novaH1, nova},
+		// The floor any proxy built on net/http starts from.
+		{"httputil.ReverseProxy", plainRP, 0, rp},
 	}
 	var results []result
 	for _, t := range targets {
@@ -398,6 +414,9 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 	if nv, ha := find("novaedge", "http/1.1"), find("haproxy", "http/1.1"); nv != nil && ha != nil && ha.RPS > 0 && ha.P99ms > 0 {
 		fmt.Fprintf(&b, "NovaEdge / HAProxy: throughput %.2f×, p99 %.2f× (goal ≥ 1.0× and ≤ 1.2×).\n", nv.RPS/ha.RPS, nv.P99ms/ha.P99ms)
 	}
+	if nv, rp := find("novaedge", "http/1.1"), find("httputil.ReverseProxy", "http/1.1"); nv != nil && rp != nil && rp.RPS > 0 {
+		fmt.Fprintf(&b, "NovaEdge / plain httputil.ReverseProxy: throughput %.2f×.\n", nv.RPS/rp.RPS)
+	}
 	path := filepath.Join(dir, "http-"+stamp+".md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err
@@ -411,4 +430,16 @@ func num(f float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(f, 'f', 3, 64)
+}
+
+// plainReverseProxy is the baseline of a Go proxy: httputil.ReverseProxy
+// with a pooled transport and nothing else.
+func plainReverseProxy(addr string) error {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(backendPort)})
+		},
+		Transport: &http.Transport{MaxIdleConnsPerHost: 256},
+	}
+	return http.ListenAndServe(addr, rp)
 }
