@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/certs"
+	"github.com/novaedge/novaedge/slowpath/compress"
 	"github.com/novaedge/novaedge/slowpath/endpoint"
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/lb"
@@ -56,6 +57,8 @@ type listener struct {
 	redirect *schemeRedirect
 	// altSvc advertises the gateway's HTTP/3 listener on HTTPS responses.
 	altSvc string
+	// compress compresses responses (the gateway's compression); nil: off.
+	compress *compress.Compressor
 }
 
 type schemeRedirect struct {
@@ -230,6 +233,15 @@ func (p *Proxy) compileListener(l *pb.Listener, routes []*pb.Route, store *certs
 		ln.redirect = &schemeRedirect{scheme: rs.GetScheme(), port: rs.GetPort(), status: int(cmp.Or(rs.GetStatusCode(), 301))}
 	} else if ssl != nil && l.GetProtocol() == pb.Protocol_PROTOCOL_HTTP {
 		ln.redirect = &schemeRedirect{scheme: "https", port: ssl.GetPort(), status: 301}
+	}
+	if c := l.GetCompression(); c != nil {
+		cc, err := compress.FromProto(c)
+		if err != nil {
+			return nil, err
+		}
+		if ln.compress, err = compress.New(cc); err != nil {
+			return nil, fmt.Errorf("compression: %w", err)
+		}
 	}
 	if ln.redirect != nil {
 		switch ln.redirect.status {

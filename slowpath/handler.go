@@ -76,6 +76,16 @@ func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Reque
 		writeError(w, r, http.StatusInternalServerError, "backend "+name+" is not available")
 		return
 	}
+	if ln.compress != nil {
+		cw, finish := ln.compress.Wrap(w, r)
+		defer func() {
+			if err := finish(); err != nil {
+				p.log.Debug("compressed response not completed", "route", route, "error", err)
+			}
+		}()
+		p.forward(cw, r, cfg, ln, m, be)
+		return
+	}
 	p.forward(w, r, cfg, ln, m, be)
 }
 
