@@ -3,6 +3,7 @@ package schema
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -28,7 +30,17 @@ import (
 // concurrent use.
 type Validator struct {
 	kinds map[gvk]*kind
+
+	// valid remembers objects that validated without any diagnostic, by
+	// the hash of their JSON: a standalone agent re-reads all its files on
+	// every change, and most documents did not change. Objects with
+	// diagnostics are always validated again (their positions may move).
+	mu    sync.Mutex
+	valid map[[sha256.Size]byte][]byte // the validated object as JSON
 }
+
+// maxValidCache bounds the cache of valid objects; it is emptied when full.
+const maxValidCache = 50_000
 
 // gvk identifies a kind: apiVersion is "group/version".
 type gvk struct{ apiVersion, kind string }

@@ -1,8 +1,10 @@
 package schema
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -49,6 +51,67 @@ const celSkipped = "some validation rules were not checked because the object wa
 // should be less than or equal to 65535"; Pos is left empty (see
 // ValidateDocument).
 func (v *Validator) Validate(obj map[string]any) (map[string]any, diag.List) {
+	// encoding/json sorts map keys, so equal objects hash equally.
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return v.validate(obj)
+	}
+	sum := sha256.Sum256(raw)
+	v.mu.Lock()
+	cached, ok := v.valid[sum]
+	v.mu.Unlock()
+	if ok {
+		if out, err := decodeObject(cached); err == nil {
+			return out, nil
+		}
+	}
+	out, diags := v.validate(obj)
+	if len(diags) == 0 && out != nil {
+		if enc, err := json.Marshal(out); err == nil {
+			v.mu.Lock()
+			if v.valid == nil || len(v.valid) >= maxValidCache {
+				v.valid = map[[sha256.Size]byte][]byte{}
+			}
+			v.valid[sum] = enc
+			v.mu.Unlock()
+		}
+	}
+	return out, diags
+}
+
+// decodeObject decodes JSON into the shapes documents use: integers as
+// int64, other numbers as float64.
+func decodeObject(raw []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return fixNumbers(m).(map[string]any), nil
+}
+
+func fixNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = fixNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = fixNumbers(e)
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	}
+	return v
+}
+
+func (v *Validator) validate(obj map[string]any) (map[string]any, diag.List) {
 	ref := refOf(obj)
 	var diags diag.List
 	apiVersion, _ := obj["apiVersion"].(string)
