@@ -120,7 +120,7 @@ func runH2spec(ctx context.Context, bin string, port uint32, useTLS bool, dir st
 	runErr := cmd.Run()
 	raw, err := os.ReadFile(report)
 	if err != nil {
-		return h2specResult{}, out.String(), fmt.Errorf("h2spec %s wrote no report (exit: %v): %w", strings.Join(args, " "), runErr, err)
+		return h2specResult{}, out.String(), fmt.Errorf("h2spec %s wrote no report: %w", strings.Join(args, " "), errors.Join(err, runErr))
 	}
 	res, err := parseH2specJUnit(raw)
 	if err != nil {

@@ -329,7 +329,8 @@ func (p *Proxy) serve(s *sockets.Socket) {
 	}
 	hs.Server = srv
 	p.servers[key] = hs
-	ln := &dispatchListener{Listener: s.Listener, p: p, key: key}
+	// HTTP/2 conformance hook (RFC 9113, h2spec --strict): see h2conform.go.
+	ln := p.conformHTTP2(srv, &dispatchListener{Listener: s.Listener, p: p, key: key})
 	p.log.Info("listener open", "socket", key.String())
 	go func() {
 		defer close(hs.served)
