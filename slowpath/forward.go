@@ -100,9 +100,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
-	for _, mi := range m.Rule.Filters.Mirrors() {
-		p.mirror(r, mi)
-	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:        x.rewrite,
 		Transport:      x,
@@ -165,6 +162,11 @@ func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Set("Forwarded", elem)
 	out.Header.Set(requestIDHeader, x.reqID)
 	x.m.Rule.Filters.ApplyRequest(out) // also moves a rewritten Host header into out.Host
+	// Mirrors get the request as the backend does: rewritten, with the
+	// forwarding headers.
+	for _, mi := range x.m.Rule.Filters.Mirrors() {
+		x.p.mirror(out, mi)
+	}
 }
 
 // forwardedNode formats an address for the Forwarded header (RFC 7239:
@@ -488,8 +490,8 @@ func (b *rwBody) Close() error {
 	return err
 }
 
-// mirror sends a copy of r to the mirror's backend and discards the
-// answer (Gateway API RequestMirror). Only requests without a body, or
+// mirror sends a copy of the outbound request r to the mirror's backend
+// and discards the answer (Gateway API RequestMirror). Only requests without a body, or
 // with a replayable one, are mirrored; the copy's Host gets "-shadow", as
 // Envoy does, so the mirror can tell.
 func (p *Proxy) mirror(r *http.Request, mi router.Mirror) {
@@ -511,12 +513,16 @@ func (p *Proxy) mirror(r *http.Request, mi router.Mirror) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 	out := r.Clone(ctx)
 	out.RequestURI = ""
+	host := r.Host
+	if host == "" {
+		host = r.URL.Host
+	}
 	out.URL.Scheme = "http"
 	if be.transport.TLSClientConfig != nil {
 		out.URL.Scheme = "https"
 	}
 	out.URL.Host = ep.Addr
-	out.Host = hostOnly(r.Host) + "-shadow"
+	out.Host = hostOnly(host) + "-shadow"
 	if r.GetBody != nil {
 		if b, err := r.GetBody(); err == nil {
 			out.Body = b
