@@ -30,6 +30,7 @@ var (
 	errOverloaded     = errors.New("backend overloaded (circuit breaker)")
 	errPerTryTimeout  = errors.New("upstream did not answer within the per-try timeout")
 	errRequestTimeout = errors.New("request timeout")
+	errIdleTimeout    = errors.New("stream idle timeout")
 )
 
 // exchange is one client request on its way to a backend.
@@ -48,6 +49,8 @@ type exchange struct {
 	retryHeld bool
 	// lbReq lives here so a pick does not allocate.
 	lbReq lb.Request
+	// idle watches the exchange's activity (nil: no idle timeout).
+	idle *idleWatch
 }
 
 var bufPool = &bytePool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
@@ -94,6 +97,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 	defer st.active.Add(-1)
 
 	ctx := r.Context()
+	if ms := m.Rule.Timeouts.GetIdleMs(); ms > 0 {
+		// Streams (WebSocket, gRPC streaming, long downloads) that move no
+		// byte either way for the route's idle timeout are ended.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		x.idle = newIdleWatch(time.Duration(ms)*time.Millisecond, func() { cancel(errIdleTimeout) })
+		defer x.idle.stop()
+		defer cancel(nil)
+		r = r.WithContext(ctx)
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &activityBody{ReadCloser: r.Body, w: x.idle}
+		}
+	}
 	if ms := m.Rule.Timeouts.GetRequestMs(); ms > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(ms)*time.Millisecond, errRequestTimeout)
@@ -202,7 +218,8 @@ func (x *exchange) errorHandler(w http.ResponseWriter, r *http.Request, err erro
 		return
 	case errors.Is(err, errNoEndpoint), errors.Is(err, errOverloaded):
 		status = http.StatusServiceUnavailable
-	case errors.Is(err, errPerTryTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(context.Cause(r.Context()), errRequestTimeout):
+	case errors.Is(err, errPerTryTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(context.Cause(r.Context()), errRequestTimeout),
+		errors.Is(context.Cause(r.Context()), errIdleTimeout):
 		status = http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.
@@ -320,7 +337,7 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 			backoff(req.Context(), retry, try)
 			continue
 		}
-		resp.Body = wrapBody(resp, func() { ep.End(); cancel(); x.releaseRetry() })
+		resp.Body = wrapBody(resp, x.idle, func() { ep.End(); cancel(); x.releaseRetry() })
 		return resp, nil
 	}
 }
@@ -459,18 +476,27 @@ func backoff(ctx context.Context, rp *pb.RetryPolicy, try int) {
 // wrapBody calls done once when the response body is closed (the exchange
 // is over). A 101 Switching Protocols body must stay writable for the
 // upgraded connection (WebSocket).
-func wrapBody(resp *http.Response, done func()) io.ReadCloser {
+func wrapBody(resp *http.Response, idle *idleWatch, done func()) io.ReadCloser {
 	var once sync.Once
 	finish := func() { once.Do(done) }
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		return &rwBody{ReadWriteCloser: rwc, done: finish}
+		return &rwBody{ReadWriteCloser: rwc, done: finish, idle: idle}
 	}
-	return &body{ReadCloser: resp.Body, done: finish}
+	return &body{ReadCloser: resp.Body, done: finish, idle: idle}
 }
 
 type body struct {
 	io.ReadCloser
 	done func()
+	idle *idleWatch
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.idle.touch()
+	}
+	return n, err
 }
 
 func (b *body) Close() error {
@@ -482,12 +508,82 @@ func (b *body) Close() error {
 type rwBody struct {
 	io.ReadWriteCloser
 	done func()
+	idle *idleWatch
+}
+
+func (b *rwBody) Read(p []byte) (int, error) {
+	n, err := b.ReadWriteCloser.Read(p)
+	if n > 0 {
+		b.idle.touch()
+	}
+	return n, err
+}
+
+func (b *rwBody) Write(p []byte) (int, error) {
+	n, err := b.ReadWriteCloser.Write(p)
+	if n > 0 {
+		b.idle.touch()
+	}
+	return n, err
 }
 
 func (b *rwBody) Close() error {
 	err := b.ReadWriteCloser.Close()
 	b.done()
 	return err
+}
+
+// activityBody reports the client's request body bytes to the idle watch.
+type activityBody struct {
+	io.ReadCloser
+	w *idleWatch
+}
+
+func (b *activityBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.w.touch()
+	}
+	return n, err
+}
+
+// idleWatch calls fire when no activity was seen for d. Activity costs an
+// atomic store; the timer re-arms itself for the time left instead of
+// being reset on every byte.
+type idleWatch struct {
+	d     time.Duration
+	last  atomic.Int64 // Unix nanoseconds of the last activity
+	timer *time.Timer
+	fire  func()
+}
+
+func newIdleWatch(d time.Duration, fire func()) *idleWatch {
+	w := &idleWatch{d: d, fire: fire}
+	w.last.Store(time.Now().UnixNano())
+	w.timer = time.AfterFunc(d, w.check)
+	return w
+}
+
+func (w *idleWatch) check() {
+	idle := time.Since(time.Unix(0, w.last.Load()))
+	if idle >= w.d {
+		w.fire()
+		return
+	}
+	w.timer.Reset(w.d - idle)
+}
+
+// touch records activity; a nil watch ignores it.
+func (w *idleWatch) touch() {
+	if w != nil {
+		w.last.Store(time.Now().UnixNano())
+	}
+}
+
+func (w *idleWatch) stop() {
+	if w != nil {
+		w.timer.Stop()
+	}
 }
 
 // mirror sends a copy of the outbound request r to the mirror's backend
