@@ -234,7 +234,12 @@ func TestOpsEndpoints(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); _ = <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	waitFor(t, "ready", a.Ready)
 	if code, body := get(t, srv.URL+"/readyz"); code != 200 || !strings.HasPrefix(body, "ready: version 1") {
 		t.Fatalf("/readyz = %d %q", code, body)

@@ -307,7 +307,9 @@ func TestStartWithErrors(t *testing.T) {
 		go func() { done <- a.Run(ctx) }()
 		waitFor(t, "the first configuration", func() bool { return a.State() != nil })
 		cancel()
-		_ = <-done
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 		if a.State().Restored {
 			t.Fatal("a cache written for node-a was restored on node-b")
 		}

@@ -86,7 +86,7 @@ func (a *Agent) Serve(ctx context.Context, so ServeOptions) error {
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				cancel()
-				<-runDone
+				<-runDone //nolint:errcheck // the bind error is the one to report; Run returns nil once ctx ends
 				return err
 			}
 			select {

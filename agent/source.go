@@ -121,7 +121,7 @@ func (s *FileSource) fingerprint() ([sha256.Size]byte, bool) {
 			if err != nil {
 				return [sha256.Size]byte{}, false
 			}
-			fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+			_, _ = fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
 			h.Write(data)
 		}
 	}

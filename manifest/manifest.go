@@ -76,8 +76,6 @@ func fileError(file string, err error) diag.Diagnostic {
 	return diag.Diagnostic{Severity: diag.Error, Message: err.Error(), Pos: diag.Position{File: file}}
 }
 
-// expand returns path itself for a file, and the YAML files in it for a
-// directory.
 // Files returns the files Load reads for paths, in the order it reads them.
 func Files(paths ...string) ([]string, error) {
 	var out []string
@@ -91,6 +89,8 @@ func Files(paths ...string) ([]string, error) {
 	return out, nil
 }
 
+// expand returns path itself for a file, and the YAML files in it for a
+// directory.
 func expand(path string) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -58,8 +58,11 @@ func (p *Proxy) serveH2CUpgrade(w http.ResponseWriter, r *http.Request, h http.H
 	for _, k := range []string{"Upgrade", "Connection", "Http2-Settings"} {
 		up.Header.Del(k)
 	}
-	s := &http2.Server{IdleTimeout: p.opts.IdleTimeout, MaxReadFrameSize: 1 << 20}
-	s.ServeConn(&bufferedConn{Conn: conn, r: rw.Reader}, &http2.ServeConnOpts{
+	// Only x/net's deprecated ServeConn takes over a hijacked connection
+	// with its upgrade request, and it reads the idle timeout from
+	// http2.Server alone (not from a base http.Server).
+	s := &http2.Server{IdleTimeout: p.opts.IdleTimeout, MaxReadFrameSize: 1 << 20} //nolint:staticcheck // SA1019: see above
+	s.ServeConn(&bufferedConn{Conn: conn, r: rw.Reader}, &http2.ServeConnOpts{     //nolint:staticcheck // SA1019: see above
 		Context:        r.Context(),
 		Handler:        h,
 		UpgradeRequest: up,

@@ -140,7 +140,8 @@ func redirectScheme(w http.ResponseWriter, r *http.Request, rd *schemeRedirect) 
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
-	if rd.port != 0 && !(rd.scheme == "https" && rd.port == 443) && !(rd.scheme == "http" && rd.port == 80) {
+	defaultPort := rd.scheme == "https" && rd.port == 443 || rd.scheme == "http" && rd.port == 80
+	if rd.port != 0 && !defaultPort {
 		host += ":" + strconv.FormatUint(uint64(rd.port), 10)
 	}
 	w.Header().Set("Location", rd.scheme+"://"+host+r.URL.RequestURI())

@@ -200,7 +200,9 @@ func startAgentIn(t *testing.T, ns, dir string, waitReady bool, args ...string) 
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
-			_ = <-p.done
+			if err := <-p.done; err != nil {
+				t.Logf("agent stopped: %v", err)
+			}
 		}
 	})
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -28,8 +28,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/novaedge/novaedge/perf/internal/proc"
 )
 
 // Ports, all on 127.0.0.1.
@@ -86,7 +87,7 @@ func main() {
 	var procs []*exec.Cmd
 	stopAll := func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = proc.Terminate(p.Process)
 			_, _ = p.Process.Wait()
 		}
 		procs = nil

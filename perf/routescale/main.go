@@ -26,10 +26,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/perf/internal/proc"
 	"github.com/novaedge/novaedge/slowpath"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 )
@@ -149,8 +149,11 @@ func inProcess(backend string, n, reps int) (string, error) {
 			return "", err
 		}
 		code, err := get(ln.Addr().String(), host(n+i))
-		if err != nil || code != 200 {
-			return "", fmt.Errorf("new route %d: %d %v", n+i, code, err)
+		if err != nil {
+			return "", fmt.Errorf("new route %d: %w", n+i, err)
+		}
+		if code != 200 {
+			return "", fmt.Errorf("new route %d: status %d", n+i, code)
 		}
 		ds = append(ds, time.Since(start))
 	}
@@ -242,7 +245,7 @@ func startAgent(bin, backend string, n int) (*agentProc, time.Duration, error) {
 }
 
 func (a *agentProc) stop() {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = proc.Terminate(a.cmd.Process)
 	_ = a.cmd.Wait()
 	_ = os.RemoveAll(a.dir)
 }

@@ -146,7 +146,7 @@ func TestPeekClientHelloThenRealHandshake(t *testing.T) {
 					r.err = err
 					return
 				}
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				if tc.trickle {
 					c = trickleConn{c}
 				}
@@ -169,7 +169,7 @@ func TestPeekClientHelloThenRealHandshake(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer raw.Close()
+			defer func() { _ = raw.Close() }()
 			check(t, raw.(*net.TCPConn).SetNoDelay(true)) // one segment per one-byte write
 			cc := &clientConn{Conn: raw, oneByte: tc.oneByte}
 			if tc.reframe != nil {
@@ -521,8 +521,8 @@ func TestReplayConn(t *testing.T) {
 	}
 
 	p1, p2 := net.Pipe()
-	defer p1.Close()
-	defer p2.Close()
+	defer func() { _ = p1.Close() }()
+	defer func() { _ = p2.Close() }()
 	if err := (&ReplayConn{Conn: p1}).CloseWrite(); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("CloseWrite on net.Pipe = %v, want ErrUnsupported", err)
 	}

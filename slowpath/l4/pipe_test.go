@@ -145,8 +145,11 @@ func TestPipeHalfClose(t *testing.T) {
 				// Reading to EOF proves the client's half-close
 				// arrived; the response still has to get through.
 				req, err := io.ReadAll(c)
-				if err != nil || string(req) != "request" {
-					return fmt.Errorf("upstream read %q, %v", req, err)
+				if err != nil {
+					return fmt.Errorf("upstream read: %w", err)
+				}
+				if string(req) != "request" {
+					return fmt.Errorf("upstream read %q, want %q", req, "request")
 				}
 				_, err = c.Write(response)
 				return errors.Join(err, c.Close())
@@ -174,8 +177,11 @@ func TestPipeHalfClose(t *testing.T) {
 					return err
 				}
 				req, err := io.ReadAll(c)
-				if err != nil || string(req) != "late request" {
-					return fmt.Errorf("upstream read %q, %v", req, err)
+				if err != nil {
+					return fmt.Errorf("upstream read: %w", err)
+				}
+				if string(req) != "late request" {
+					return fmt.Errorf("upstream read %q, want %q", req, "late request")
 				}
 				return c.Close()
 			},
@@ -301,8 +307,8 @@ func TestPipeWithoutHalfClose(t *testing.T) {
 	// Pipe ends both directions.
 	cli, proxyCli := net.Pipe()
 	proxyUp, up := net.Pipe()
-	defer cli.Close()
-	defer up.Close()
+	defer func() { _ = cli.Close() }()
+	defer func() { _ = up.Close() }()
 	done := make(chan pipeOut, 1)
 	go func() {
 		var o pipeOut
@@ -360,7 +366,7 @@ func TestSNIPassthroughSplices(t *testing.T) {
 					return
 				}
 				go func() {
-					defer c.Close()
+					defer func() { _ = c.Close() }()
 					s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
 					line, err := bufio.NewReader(s).ReadString('\n')
 					if err != nil {

@@ -354,7 +354,7 @@ func TestUDPProxyServeEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		p := newPicker()
 		u := &UDPProxy{Conn: conn, Pick: p.Pick}
 		ctx, cancel := context.WithCancel(context.Background())

@@ -191,12 +191,12 @@ func fingerprint(b Balancer) string {
 	switch b := b.(type) {
 	case *ringHash:
 		for j, x := range b.hashes {
-			fmt.Fprintf(h, "%x=%s;", x, b.eps[b.owners[j]].Addr)
+			_, _ = fmt.Fprintf(h, "%x=%s;", x, b.eps[b.owners[j]].Addr)
 		}
 		return fmt.Sprintf("ring/%d/%x", len(b.hashes), h.Sum64())
 	case *maglev:
 		for s := range b.m {
-			fmt.Fprintf(h, "%s;", b.eps[b.at(s)].Addr)
+			_, _ = fmt.Fprintf(h, "%s;", b.eps[b.at(s)].Addr)
 		}
 		return fmt.Sprintf("maglev/%d/%x", b.m, h.Sum64())
 	}

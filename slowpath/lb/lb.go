@@ -347,7 +347,7 @@ func (v *view) accepts(c *ctx, ep *endpoint.Endpoint) bool {
 }
 
 func (v *view) acceptsState(avail, tried bool) bool {
-	return (v.panic || avail) && !(v.strict && tried)
+	return (v.panic || avail) && (!v.strict || !tried)
 }
 
 // scanWeighted draws an index by weight among those v accepts, other than

@@ -37,10 +37,6 @@ func policyName(p pb.LBPolicy) string {
 	}[p]
 }
 
-func isHash(p pb.LBPolicy) bool {
-	return p == pb.LBPolicy_LB_POLICY_RING_HASH || p == pb.LBPolicy_LB_POLICY_MAGLEV
-}
-
 func newEPs(n int) []*endpoint.Endpoint {
 	eps := make([]*endpoint.Endpoint, n)
 	for i := range eps {

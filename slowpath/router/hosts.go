@@ -26,7 +26,7 @@ func normalizeHostname(h string) (string, error) {
 		}
 		for i := 0; i < len(label); i++ {
 			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 				if c == '*' {
 					return "", errors.New(`a wildcard must be the whole first label ("*.example.com")`)
 				}
@@ -124,7 +124,7 @@ func stripPort(host string) string {
 // one (hostnames are ASCII; IDNs arrive in punycode).
 func asciiLower(s string) string {
 	i := 0
-	for i < len(s) && !(s[i] >= 'A' && s[i] <= 'Z') {
+	for i < len(s) && (s[i] < 'A' || s[i] > 'Z') {
 		i++
 	}
 	if i == len(s) {

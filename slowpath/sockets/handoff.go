@@ -167,7 +167,10 @@ func (s *Set) Inherit(path string) ([]Key, func() error, error) {
 			fdpass.Close(fd)
 		}
 		_ = c.Close()
-		return nil, nil, fmt.Errorf("receive sockets: bad header (%d keys for %d descriptors): %v", len(hdr.Keys), len(fds), err)
+		if err != nil {
+			return nil, nil, fmt.Errorf("receive sockets: bad header (%d keys for %d descriptors): %w", len(hdr.Keys), len(fds), err)
+		}
+		return nil, nil, fmt.Errorf("receive sockets: bad header (%d keys for %d descriptors)", len(hdr.Keys), len(fds))
 	}
 	var (
 		keys []Key

@@ -91,7 +91,8 @@ func New(opts Options) (*Splicer, error) {
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load sockmap program: %+v", ve)
+			// %+w prints the whole verifier log, as %+v does, and wraps.
+			return nil, fmt.Errorf("load sockmap program: %+w", ve)
 		}
 		return nil, fmt.Errorf("load sockmap program: %w", err)
 	}
@@ -390,7 +391,7 @@ func (p *pair) watch(i int) {
 	var fail error
 	_, err := sock.Wait(func(ev sockopt.Events) bool {
 		switch {
-		case ev.Err != nil && !(sockopt.IsBrokenPipe(ev.Err) && inboundDone()):
+		case ev.Err != nil && (!sockopt.IsBrokenPipe(ev.Err) || !inboundDone()):
 			fail = ev.Err
 		case ev.Hangup && !inboundDone():
 			// Only a reset shuts sending down before we do.
@@ -427,7 +428,7 @@ func (p *pair) watch(i int) {
 	// the splice, since nothing else would notice it.
 	_, err = sock.Wait(func(ev sockopt.Events) bool {
 		switch {
-		case ev.Err != nil && !(sockopt.IsBrokenPipe(ev.Err) && inboundDone()):
+		case ev.Err != nil && (!sockopt.IsBrokenPipe(ev.Err) || !inboundDone()):
 			fail = ev.Err
 		case ev.Hangup && !inboundDone():
 			fail = ErrReset
