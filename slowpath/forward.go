@@ -312,6 +312,12 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 		ep.Begin()
 		resp, err := be.transport.RoundTrip(out)
 		timedOut := timer != nil && !timer.Stop()
+		if err == nil && timedOut {
+			// The timer fired as the headers arrived: the context is gone,
+			// so the body could not be read; count it as the timeout it is.
+			_ = resp.Body.Close()
+			resp, err = nil, context.DeadlineExceeded
+		}
 		if err != nil {
 			ep.End()
 			cancel()
