@@ -1,6 +1,7 @@
 package slowpath
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -23,6 +24,9 @@ import (
 	"github.com/novaedge/novaedge/slowpath/lb"
 	"github.com/novaedge/novaedge/slowpath/router"
 )
+
+// maxReplayBody bounds the request bodies kept in memory for retries.
+const maxReplayBody = 64 << 10
 
 // Errors the upstream round trip reports to the error handler.
 var (
@@ -115,6 +119,24 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(ms)*time.Millisecond, errRequestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)
+	}
+	// A small request body is kept in memory when the rule may retry, so
+	// a retry (or a mirror) can send it again, as Envoy buffers bodies for
+	// retries; larger or unsized bodies are streamed and not retried.
+	if m.Rule.Retry.GetMaxRetries() > 0 && r.GetBody == nil && r.Body != nil && r.Body != http.NoBody &&
+		r.ContentLength > 0 && r.ContentLength <= maxReplayBody {
+		buf, err := io.ReadAll(io.LimitReader(r.Body, maxReplayBody+1))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				x.errorHandler(w, r, err)
+				return
+			}
+			writeError(w, r, http.StatusBadRequest, "request body could not be read")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(buf))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:        x.rewrite,

@@ -523,3 +523,34 @@ func TestReloadKeepsConnectionsAndSwitchesConfig(t *testing.T) {
 	}
 	_ = strconv.Itoa
 }
+
+// TestRetryWithBody: a small request body is replayed on the retry, so a
+// POST allowed to retry reaches the live endpoint with its body intact.
+func TestRetryWithBody(t *testing.T) {
+	e := newEnv(t)
+	live := echoServer(t, "live")
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	_ = dead.Close()
+	r := rule(prefix("/"), "ns/b")
+	r.Retry = &pb.RetryPolicy{MaxRetries: 2, RetryOn: []string{"connection-failure"}, RetryNonIdempotent: true}
+	b := backendOf("ns/b", deadAddr, hostport(live))
+	b.LbPolicy = pb.LBPolicy_LB_POLICY_ROUND_ROBIN
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{b}))
+	for i := range 6 {
+		resp, err := http.Post("http://"+e.addr+"/", "text/plain", strings.NewReader("payload-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		var got echo
+		_ = json.Unmarshal(raw, &got)
+		if resp.StatusCode != 200 || got.Body != "payload-"+strconv.Itoa(i) {
+			t.Fatalf("POST %d: %d body %q", i, resp.StatusCode, got.Body)
+		}
+	}
+}
