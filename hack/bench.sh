@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: installs the baselines (nginx, HAProxy, wrk, h2load), builds
 # the binaries, runs the HTTP proxy comparison (perf/httpbench), the slow
-# path's scale measurements (perf/routescale) and the Go micro-benchmarks,
+# path's scale measurements (perf/routescale), the L4 splicing comparison
+# (perf/splice) and the Go micro-benchmarks,
 # and writes everything under perf/results/. Needs root (packages) and at
 # least 2 CPUs. Uses only 127.0.0.1.
 set -euo pipefail
@@ -14,6 +15,8 @@ echo "== HTTP proxies side by side (perf/httpbench)"
 go run ./perf/httpbench -out perf/results
 echo "== route scale: time until a new route serves, memory (perf/routescale)"
 go run ./perf/routescale -out perf/results
+echo "== L4 splicing: sockmap vs splice(2) through io.Copy (perf/splice)"
+go run ./perf/splice -out perf/results
 echo "== Go micro-benchmarks (router, balancers, proxy path)"
 go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath | tee "perf/results/go-bench-$stamp.txt"
 echo "results in perf/results/"
