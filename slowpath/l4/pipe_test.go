@@ -423,7 +423,10 @@ func TestSNIPassthroughSplices(t *testing.T) {
 			t.Errorf("reply %q, want %q", reply, want)
 		}
 		o := <-proxied
-		if o.err != nil {
+		// The client's close_notify can reach the proxy after the upstream
+		// closed its side; forwarding it then meets a reset. That is the
+		// peers' doing, not the pipe's: the reply above was complete.
+		if o.err != nil && !errors.Is(o.err, syscall.ECONNRESET) {
 			t.Errorf("proxy: %v", o.err)
 		}
 		if o.stats.ClientToUpstream == 0 || o.stats.UpstreamToClient == 0 {
