@@ -2,6 +2,7 @@ package slowpath
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -77,7 +78,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 		if !x.hasHash && hp.GetCookie() != "" {
 			v := lb.NewCookieValue()
 			x.hash, x.hasHash = lb.HashString(v), true
-			x.cookie = &http.Cookie{Name: hp.GetCookie(), Value: v, Path: cmpOr(hp.GetCookiePath(), "/"), HttpOnly: true}
+			x.cookie = &http.Cookie{Name: hp.GetCookie(), Value: v, Path: cmp.Or(hp.GetCookiePath(), "/"), HttpOnly: true}
 			if ttl := hp.GetCookieTtlMs(); ttl > 0 {
 				x.cookie.MaxAge = int((time.Duration(ttl) * time.Millisecond).Seconds())
 			}
@@ -147,13 +148,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 		ErrorLog:       p.errLog(),
 	}
 	rp.ServeHTTP(w, r)
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // remoteIP is the client's address.
@@ -492,7 +486,7 @@ func backoff(ctx context.Context, rp *pb.RetryPolicy, try int) {
 		base = 25 * time.Millisecond
 	}
 	d := min(base<<try, 10*base)
-	d = time.Duration(randInt64N(int64(d) + 1))
+	d = time.Duration(rand.Int64N(int64(d) + 1))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -619,7 +613,7 @@ func (w *idleWatch) stop() {
 // with a replayable one, are mirrored; the copy's Host gets "-shadow", as
 // Envoy does, so the mirror can tell.
 func (p *Proxy) mirror(r *http.Request, mi router.Mirror) {
-	if mi.Percent < 100 && randInt64N(100) >= int64(mi.Percent) {
+	if mi.Percent < 100 && rand.Int64N(100) >= int64(mi.Percent) {
 		return
 	}
 	cfg := p.cfg.Load()
@@ -664,8 +658,6 @@ func (p *Proxy) mirror(r *http.Request, mi router.Mirror) {
 		_ = resp.Body.Close()
 	}()
 }
-
-func randInt64N(n int64) int64 { return rand.Int64N(n) }
 
 // errLog routes net/http's own messages (TLS handshake failures, hijack
 // errors) to the debug level: they are about single clients.

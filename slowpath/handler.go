@@ -106,28 +106,36 @@ func badRequest(r *http.Request) string {
 // pickBackend chooses among a rule's weighted backends. It returns nil and
 // the backend's name when the chosen backend is not in the configuration.
 func (cfg *Config) pickBackend(rule *router.Rule) (*backend, string) {
-	bs := rule.Backends
-	switch len(bs) {
+	switch len(rule.Backends) {
 	case 0:
 		return nil, "(none)"
 	case 1:
-		return cfg.backends[bs[0].Name], bs[0].Name
+		return cfg.backends[rule.Backends[0].Name], rule.Backends[0].Name
 	}
+	name := pickWeighted(rule.Backends)
+	if name == "" {
+		return nil, "(all weights are 0)"
+	}
+	return cfg.backends[name], name
+}
+
+// pickWeighted chooses a backend name by weight; "" when all weights are 0.
+func pickWeighted(bs []router.Backend) string {
 	var total uint64
 	for _, b := range bs {
 		total += uint64(b.Weight)
 	}
 	if total == 0 {
-		return nil, "(all weights are 0)"
+		return ""
 	}
 	n := rand.Uint64N(total)
 	for _, b := range bs {
 		if n < uint64(b.Weight) {
-			return cfg.backends[b.Name], b.Name
+			return b.Name
 		}
 		n -= uint64(b.Weight)
 	}
-	return nil, "(none)"
+	return ""
 }
 
 // redirectScheme answers with a redirect to the same host and path on

@@ -5,9 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/l4"
 	"github.com/novaedge/novaedge/slowpath/lb"
+	"github.com/novaedge/novaedge/slowpath/router"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 )
 
@@ -46,12 +47,7 @@ type l4Listener struct {
 type l4Route struct {
 	name      string
 	hostnames []string
-	backends  []weighted
-}
-
-type weighted struct {
-	name   string
-	weight uint32
+	backends  []router.Backend
 }
 
 // compileL4 builds an L4 listener from its routes.
@@ -73,7 +69,7 @@ func compileL4(l *pb.Listener, routes []*pb.Route, store *certs.Store) (*l4Liste
 		}
 	}
 	for _, r := range routes {
-		if r.GetKind() != kind || !contains(r.GetListeners(), l.GetName()) {
+		if r.GetKind() != kind || !slices.Contains(r.GetListeners(), l.GetName()) {
 			continue
 		}
 		rt := l4Route{name: r.GetName()}
@@ -82,21 +78,12 @@ func compileL4(l *pb.Listener, routes []*pb.Route, store *certs.Store) (*l4Liste
 		}
 		for _, rule := range r.GetRules() {
 			for _, b := range rule.GetBackends() {
-				rt.backends = append(rt.backends, weighted{name: b.GetBackend(), weight: b.GetWeight()})
+				rt.backends = append(rt.backends, router.Backend{Name: b.GetBackend(), Weight: b.GetWeight()})
 			}
 		}
 		out.routes = append(out.routes, rt)
 	}
 	return out, nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // route returns the route for a server name: an exact hostname, then the
@@ -123,25 +110,6 @@ func (l *l4Listener) route(sni string) *l4Route {
 		}
 	}
 	return best
-}
-
-// pickWeighted chooses a backend name by weight.
-func pickWeighted(bs []weighted) string {
-	var total uint64
-	for _, b := range bs {
-		total += uint64(b.weight)
-	}
-	if total == 0 {
-		return ""
-	}
-	n := rand.Uint64N(total)
-	for _, b := range bs {
-		if n < uint64(b.weight) {
-			return b.name
-		}
-		n -= uint64(b.weight)
-	}
-	return ""
 }
 
 // l4Server serves an L4 listener's socket: a TCP accept loop or a UDP

@@ -435,30 +435,8 @@ func TestCircuitBreakerMaxRequests(t *testing.T) {
 // connection is spliced both ways after 101.
 func TestWebSocketUpgrade(t *testing.T) {
 	e := newEnv(t)
-	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "websocket" {
-			http.Error(w, "want upgrade", 400)
-			return
-		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer func() { _ = c.Close() }()
-		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		_ = brw.Flush()
-		// Echo lines back, upper-cased, until EOF.
-		for {
-			line, err := brw.ReadString('\n')
-			if err != nil {
-				return
-			}
-			_, _ = brw.WriteString(strings.ToUpper(line))
-			_ = brw.Flush()
-		}
-	}))
-	defer ws.Close()
-	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/ws"))}, []*pb.Backend{backendOf("ns/ws", hostport(ws))}))
+	ws := wsEchoServer(t)
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/ws"))}, []*pb.Backend{backendOf("ns/ws", ws)}))
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -178,9 +178,14 @@ func TestReloadUnderLoad(t *testing.T) {
 	t.Logf("%d requests, 0 failed, across 100 reloads", requests.Load())
 }
 
-// wsEchoServer answers an Upgrade with 101 and echoes lines upper-cased.
+// wsEchoServer answers an Upgrade with 101 and echoes lines upper-cased;
+// a request without "Upgrade: websocket" gets 400.
 func wsEchoServer(t *testing.T) string {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want upgrade", http.StatusBadRequest)
+			return
+		}
 		c, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
