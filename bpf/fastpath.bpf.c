@@ -1,0 +1,813 @@
+/*
+ * fastpath.bpf.c: NovaEdge's XDP fast path. For every frame on an attached
+ * interface:
+ *
+ *   not IP, fragment, unknown protocol    → XDP_PASS (the kernel decides)
+ *   ICMP echo to a VIP address            → echo reply, XDP_TX
+ *   ICMP "frag needed"/"too big" for a
+ *   DSR flow                              → to the backend that owns it
+ *   TCP/UDP to a VIP entry marked PASS    → XDP_PASS (the slow path listens)
+ *   TCP/UDP to a fast VIP                 → conntrack, else Maglev; then NAT
+ *                                           or DSR towards the backend
+ *   reply of a NAT backend                → reverse translation to the client
+ *   anything else                         → XDP_PASS
+ *
+ * The program never changes tables on its own except conntrack and NAT
+ * state: VIPs, backends and Maglev tables come from the agent, which builds
+ * them from the snapshot, so every node holds the same tables.
+ */
+#include "include/uapi.h"
+#include "include/bpf_helpers.h"
+#include "include/net.h"
+#include "fastpath_consts.h"
+#include "fastpath_structs.h"
+#include "fastpath_maps.h"
+#include "fastpath_helpers.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* Load-time constants, set by the loader before the verifier sees them. */
+
+/* Slots of every Maglev table (the inner map size); a prime. */
+const volatile __u32 maglev_size = MAGLEV_SIZE;
+
+/*
+ * Benchmarks only: neither create conntrack/NAT state nor rewrite the
+ * packet, so BPF_PROG_TEST_RUN with repeat measures the miss path on every
+ * run (repeat reuses the rewritten buffer and the state the first run made).
+ */
+const volatile __u8 bench_miss_path = 0;
+
+/*
+ * Never read: a global of every shared enum, so that the enums reach BTF
+ * (bpf2go -type generates their Go constants; bpftool prints them).
+ */
+struct fp_enums {
+	enum fp_family family;
+	enum fp_forward forward;
+	enum fp_vip_flags vip_flags;
+	enum fp_backend_flags backend_flags;
+	enum ct_state ct_state;
+	enum fp_config_flags config_flags;
+	enum fp_counter counter;
+};
+const volatile struct fp_enums fp_enums_btf = {};
+
+#define NSEC 1000000000ULL
+
+/* Offsets bounded for the verifier: L2 header ≤ 18, L4 within 16 KiB. */
+#define L3_OFF(p) ((p)->l3_off & 0x3f)
+#define L4_OFF(p) ((p)->l4_off & 0x3fff)
+
+static __always_inline __u64 ct_timeout(const struct node_config *cfg, __u8 proto, __u8 state)
+{
+	__u32 s;
+
+	if (proto != IPPROTO_TCP)
+		s = cfg->udp_timeout ? cfg->udp_timeout : 60;
+	else if (state == CT_SYN)
+		s = cfg->tcp_syn_timeout ? cfg->tcp_syn_timeout : 60;
+	else if (state == CT_CLOSING)
+		s = cfg->tcp_closing_timeout ? cfg->tcp_closing_timeout : 10;
+	else
+		s = cfg->tcp_timeout ? cfg->tcp_timeout : 3600;
+	return (__u64)s * NSEC;
+}
+
+static __always_inline int addr_is_zero(const __u8 *a, __u8 family)
+{
+	const __u32 *w = (const __u32 *)a;
+
+	if (family == FP_FAMILY_IPV4)
+		return w[0] == 0;
+	return (w[0] | w[1] | w[2] | w[3]) == 0;
+}
+
+/* node_addr copies the node's address of the family into out (16 bytes). */
+static __always_inline int node_addr(const struct node_config *cfg, __u8 family, __u8 *out)
+{
+	__builtin_memset(out, 0, 16);
+	if (family == FP_FAMILY_IPV4)
+		__builtin_memcpy(out, cfg->node_v4, 4);
+	else
+		copy16(out, cfg->node_v6);
+	return addr_is_zero(out, family) ? -1 : 0;
+}
+
+/*
+ * send looks the next hop of dst up in the kernel's FIB and sends the frame
+ * there: XDP_TX out of the interface it came in on, or a redirect to another
+ * interface running the fast path. A frame the FIB cannot resolve yet (no
+ * neighbour entry) or that must leave by an interface without XDP goes to
+ * the kernel as it is — already rewritten, so the kernel forwards it.
+ */
+static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *src, const __u8 *dst,
+				__u32 l3_len)
+{
+	struct bpf_fib_lookup fib = {};
+	void *data, *data_end;
+	struct ethhdr *eth;
+	int rc;
+
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.tot_len = l3_len;
+	if (family == FP_FAMILY_IPV4) {
+		fib.family = AF_INET;
+		__builtin_memcpy(&fib.ipv4_src, src, 4);
+		__builtin_memcpy(&fib.ipv4_dst, dst, 4);
+	} else {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, src, 16);
+		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		break;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		count(FP_C_PASS_NO_NEIGH);
+		return XDP_PASS;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		count(FP_C_DROP_FRAG_NEEDED);
+		return XDP_DROP;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+		count(FP_C_DROP_FIB);
+		return XDP_DROP;
+	default:
+		count(FP_C_PASS_FIB_OTHER);
+		return XDP_PASS;
+	}
+
+	if (fib.ifindex != ctx->ingress_ifindex) {
+		/*
+		 * The redirect is decided now but happens after return, so the
+		 * MACs are written only when the target takes XDP frames.
+		 */
+		rc = bpf_redirect_map(&fp_tx_ports, fib.ifindex, XDP_PASS);
+		if (rc != XDP_REDIRECT) {
+			count(FP_C_PASS_EGRESS_NO_XDP);
+			return XDP_PASS;
+		}
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return XDP_ABORTED;
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (fib.ifindex == ctx->ingress_ifindex) {
+		count(FP_C_TX);
+		return XDP_TX;
+	}
+	count(FP_C_REDIRECT);
+	return XDP_REDIRECT;
+}
+
+/*
+ * rewrite replaces the addresses and ports of the parsed TCP/UDP packet and
+ * updates the IPv4 header and L4 checksums incrementally.
+ */
+static __always_inline int rewrite(struct xdp_md *ctx, struct pkt *p, const __u8 *src, const __u8 *dst,
+				   __u16 sport, __u16 dport)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l3 = L3_OFF(p), l4 = L4_OFF(p);
+	__be16 ports[2] = {fp_htons(sport), fp_htons(dport)};
+	__be16 *old_ports = data + l4;
+	__u16 *check = 0;
+	__u64 addr_diff, port_diff;
+
+	if ((void *)(old_ports + 2) > data_end)
+		return -1;
+	if (p->key.proto == IPPROTO_TCP) {
+		struct tcphdr *th = data + l4;
+
+		if ((void *)(th + 1) > data_end)
+			return -1;
+		check = &th->check;
+	} else {
+		struct udphdr *uh = data + l4;
+
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		/* An IPv4 UDP checksum of zero means "none" and stays so. */
+		if (uh->check || p->key.family == FP_FAMILY_IPV6)
+			check = &uh->check;
+	}
+	port_diff = csum_diff16(old_ports, ports, 2);
+
+	if (p->key.family == FP_FAMILY_IPV4) {
+		struct iphdr *iph = data + l3;
+
+		if ((void *)(iph + 1) > data_end)
+			return -1;
+		addr_diff = csum_diff16((__u16 *)&iph->saddr, (const __u16 *)src, 2) +
+			    csum_diff16((__u16 *)&iph->daddr, (const __u16 *)dst, 2);
+		csum_apply(&iph->check, addr_diff);
+		__builtin_memcpy(&iph->saddr, src, 4);
+		__builtin_memcpy(&iph->daddr, dst, 4);
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		addr_diff = csum_diff16((__u16 *)ip6->saddr, (const __u16 *)src, 8) +
+			    csum_diff16((__u16 *)ip6->daddr, (const __u16 *)dst, 8);
+		copy16(ip6->saddr, src);
+		copy16(ip6->daddr, dst);
+	}
+	if (check) {
+		csum_apply(check, addr_diff + port_diff);
+		if (p->key.proto == IPPROTO_UDP && *check == 0)
+			*check = 0xffff;
+	}
+	old_ports[0] = ports[0];
+	old_ports[1] = ports[1];
+	return 0;
+}
+
+static __always_inline __u16 ipv4_csum(struct iphdr *iph)
+{
+	const __u16 *w = (const __u16 *)iph;
+	__u64 s = 0;
+
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		s += w[i];
+	return ~csum_fold(s);
+}
+
+/*
+ * encap puts an outer IP (and for GUE a UDP) header in front of the IP
+ * packet, addressed from the node to the backend, keeping the Ethernet
+ * header and VLAN tag. Returns the outer packet's length, or -1.
+ */
+static __always_inline int encap(struct xdp_md *ctx, struct pkt *p, const struct backend *be,
+				 const __u8 *outer_src, __u8 forward, __u16 gue_port, __u32 hash)
+{
+	int outer6 = be->family == FP_FAMILY_IPV6;
+	int gue = forward == FP_FWD_DSR_GUE;
+	__u32 iphlen = outer6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	__u32 hlen = iphlen + (gue ? sizeof(struct udphdr) : 0);
+	__u32 l2 = L3_OFF(p);
+	__u32 inner_len = p->l3_len & 0xffff;
+	__u8 inner_proto = p->key.family == FP_FAMILY_IPV4 ? IPPROTO_IPIP : IPPROTO_IPV6;
+	void *data, *data_end;
+	struct ethhdr *eth, *old_eth;
+	__be16 *ethertype;
+
+	if (bpf_xdp_adjust_head(ctx, -(int)hlen)) {
+		count(FP_C_DROP_HEADROOM);
+		return -1;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	old_eth = data + hlen;
+	if ((void *)(old_eth + 1) > data_end)
+		return -1;
+	/* hlen ≥ 20 > an Ethernet header: old and new never overlap. */
+	__builtin_memcpy(eth, old_eth, sizeof(*eth));
+	ethertype = &eth->h_proto;
+	if (l2 > sizeof(*eth)) {
+		struct vlan_hdr *vh = data + sizeof(*eth), *old_vh = data + hlen + sizeof(*eth);
+
+		if ((void *)(old_vh + 1) > data_end)
+			return -1;
+		*vh = *old_vh;
+		ethertype = &vh->encap_proto;
+	}
+	*ethertype = fp_htons(outer6 ? ETH_P_IPV6 : ETH_P_IP);
+
+	if (outer6) {
+		struct ipv6hdr *o = data + l2;
+
+		if ((void *)(o + 1) > data_end)
+			return -1;
+		o->version = 6;
+		o->priority = p->tos >> 4;
+		/* The flow label carries the flow hash: entropy for ECMP in the fabric. */
+		o->flow_lbl[0] = ((p->tos & 0xf) << 4) | ((hash >> 16) & 0xf);
+		o->flow_lbl[1] = hash >> 8;
+		o->flow_lbl[2] = hash;
+		o->payload_len = fp_htons(hlen - iphlen + inner_len);
+		o->nexthdr = gue ? IPPROTO_UDP : inner_proto;
+		o->hop_limit = OUTER_TTL;
+		copy16(o->saddr, outer_src);
+		copy16(o->daddr, be->addr);
+	} else {
+		struct iphdr *o = data + l2;
+
+		if ((void *)(o + 1) > data_end)
+			return -1;
+		o->version = 4;
+		o->ihl = 5;
+		o->tos = p->tos;
+		o->tot_len = fp_htons(hlen + inner_len);
+		o->id = 0;
+		o->frag_off = fp_htons(IP_DF);
+		o->ttl = OUTER_TTL;
+		o->protocol = gue ? IPPROTO_UDP : inner_proto;
+		o->check = 0;
+		__builtin_memcpy(&o->saddr, outer_src, 4);
+		__builtin_memcpy(&o->daddr, be->addr, 4);
+		o->check = ipv4_csum(o);
+	}
+	if (gue) {
+		struct udphdr *uh = data + l2 + iphlen;
+
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		/* Source port from the flow hash: more ECMP entropy. */
+		uh->source = fp_htons(0xc000 | (hash & 0x3fff));
+		uh->dest = fp_htons(gue_port ? gue_port : DEFAULT_GUE_PORT);
+		uh->len = fp_htons(sizeof(*uh) + inner_len);
+		/*
+		 * Zero: no checksum. Allowed for IPv6 tunnels too (RFC 6935); the
+		 * decapsulation program does not need it and computing it would
+		 * mean reading the whole packet.
+		 */
+		uh->check = 0;
+	}
+	return hlen + inner_len;
+}
+
+static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
+{
+	__u32 slot = hash % maglev_size;
+	void *table = bpf_map_lookup_elem(&fp_maglev, &vip_id);
+	__u32 *id;
+
+	if (!table)
+		return 0;
+	id = bpf_map_lookup_elem(table, &slot);
+	return id ? *id : 0;
+}
+
+/* forward sends the packet of a VIP's flow to backend be the VIP's way. */
+static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const struct vip_info *vip,
+				   const struct backend *be, const struct node_config *cfg, __u16 nat_port,
+				   __u32 hash)
+{
+	__u8 src[16];
+	int len;
+
+	switch (vip->forward) {
+	case FP_FWD_NAT:
+	case FP_FWD_NAT_KEEP_CLIENT:
+		if (be->family != p->key.family) {
+			count(FP_C_DROP_FAMILY);
+			return XDP_DROP;
+		}
+		if (vip->forward == FP_FWD_NAT_KEEP_CLIENT) {
+			copy16(src, p->key.src);
+			nat_port = p->key.sport;
+		} else if (node_addr(cfg, be->family, src)) {
+			count(FP_C_DROP_NO_NODE_ADDR);
+			return XDP_DROP;
+		}
+		if (bench_miss_path)
+			return send(ctx, be->family, src, be->addr, p->l3_len);
+		if (rewrite(ctx, p, src, be->addr, nat_port, be->port)) {
+			count(FP_C_DROP_MALFORMED);
+			return XDP_DROP;
+		}
+		return send(ctx, be->family, src, be->addr, p->l3_len);
+	case FP_FWD_DSR_IPIP:
+	case FP_FWD_DSR_GUE:
+		if (node_addr(cfg, be->family, src)) {
+			count(FP_C_DROP_NO_NODE_ADDR);
+			return XDP_DROP;
+		}
+		if (bench_miss_path)
+			return send(ctx, be->family, src, be->addr, p->l3_len);
+		len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
+		if (len < 0)
+			return XDP_DROP;
+		return send(ctx, be->family, src, be->addr, len);
+	case FP_FWD_DSR_L2:
+		if (be->family != p->key.family) {
+			count(FP_C_DROP_FAMILY);
+			return XDP_DROP;
+		}
+		/* Only the MACs change: the FIB gives the backend's. */
+		return send(ctx, be->family, p->key.src, be->addr, p->l3_len);
+	}
+	count(FP_C_PASS_SLOW_PATH);
+	return XDP_PASS;
+}
+
+/*
+ * nat_alloc finds a free SNAT source port for the flow towards be and
+ * records the reply mapping. Ports are tried from a hash-chosen start, a
+ * bounded number of times; a mapping idle past its timeout may be taken
+ * over (the LRU may not have evicted it yet).
+ */
+static __always_inline int nat_alloc(const struct node_config *cfg, struct pkt *p, const struct backend *be,
+				     __u32 vip_id, __u32 hash, __u64 now, __u16 *port)
+{
+	__u32 lo = cfg->nat_port_min, hi = cfg->nat_port_max;
+	__u64 idle = ct_timeout(cfg, p->key.proto, CT_OPEN);
+	struct nat_value nv = {};
+	struct flow_key rk = {};
+	__u32 span;
+
+	if (lo == 0 || hi < lo)
+		return -1;
+	span = hi - lo + 1;
+	copy16(rk.src, be->addr);
+	if (node_addr(cfg, be->family, rk.dst))
+		return -1;
+	rk.sport = be->port;
+	rk.proto = p->key.proto;
+	rk.family = be->family;
+	nv.last_seen = now;
+	copy16(nv.client, p->key.src);
+	copy16(nv.vip, p->key.dst);
+	nv.client_port = p->key.sport;
+	nv.vip_port = p->key.dport;
+	nv.vip_id = vip_id;
+
+	for (int i = 0; i < NAT_PORT_TRIES; i++) {
+		struct nat_value *old;
+		__u64 flags = BPF_NOEXIST;
+
+		rk.dport = lo + (hash + i) % span;
+		old = bpf_map_lookup_elem(&fp_nat, &rk);
+		if (old) {
+			if (now - old->last_seen < idle)
+				continue;
+			flags = BPF_EXIST;
+		}
+		if (bpf_map_update_elem(&fp_nat, &rk, &nv, flags) == 0) {
+			*port = rk.dport;
+			count(FP_C_NAT_CREATED);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* nat_keep_client records the reply mapping of a DNAT-only flow. */
+static __always_inline void nat_keep_client(struct pkt *p, const struct backend *be, __u32 vip_id, __u64 now)
+{
+	struct nat_value nv = {};
+	struct flow_key rk = {};
+
+	copy16(rk.src, be->addr);
+	copy16(rk.dst, p->key.src);
+	rk.sport = be->port;
+	rk.dport = p->key.sport;
+	rk.proto = p->key.proto;
+	rk.family = be->family;
+	nv.last_seen = now;
+	copy16(nv.client, p->key.src);
+	copy16(nv.vip, p->key.dst);
+	nv.client_port = p->key.sport;
+	nv.vip_port = p->key.dport;
+	nv.vip_id = vip_id;
+	if (bpf_map_update_elem(&fp_nat, &rk, &nv, BPF_ANY) == 0)
+		count(FP_C_NAT_CREATED);
+}
+
+/* nat_reply turns a backend's reply back into one from the VIP. */
+static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
+{
+	struct nat_value *nv;
+	__u8 vip[16], client[16];
+	__u16 vport, cport;
+	__u64 now;
+
+	if (!(cfg->flags & FP_CFG_NAT)) {
+		count(FP_C_PASS_NOT_VIP);
+		return XDP_PASS;
+	}
+	nv = bpf_map_lookup_elem(&fp_nat, &p->key);
+	if (!nv) {
+		count(FP_C_PASS_NOT_VIP);
+		return XDP_PASS;
+	}
+	count(FP_C_NAT_REPLY);
+	now = bpf_ktime_get_ns();
+	if (now - nv->last_seen > TOUCH_INTERVAL_NS)
+		nv->last_seen = now;
+	copy16(vip, nv->vip);
+	copy16(client, nv->client);
+	vport = nv->vip_port;
+	cport = nv->client_port;
+	if (rewrite(ctx, p, vip, client, vport, cport)) {
+		count(FP_C_DROP_MALFORMED);
+		return XDP_DROP;
+	}
+	return send(ctx, p->key.family, vip, client, p->l3_len);
+}
+
+static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
+{
+	struct vip_key vk = {};
+	struct vip_info *vip;
+
+	copy16(vk.addr, k->dst);
+	vk.port = k->dport;
+	vk.proto = k->proto;
+	vk.family = k->family;
+	vip = bpf_map_lookup_elem(&fp_vips, &vk);
+	if (vip)
+		return vip;
+	vk.port = 0;
+	return bpf_map_lookup_elem(&fp_vips, &vk);
+}
+
+static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
+{
+	__u64 frame_len = ctx->data_end - ctx->data;
+	struct vip_info *vip = vip_lookup(&p->key);
+	struct backend *be = 0;
+	struct ct_value *ct;
+	__u16 nat_port = 0;
+	__u32 bid = 0, hash = 0;
+	__u64 now;
+
+	if (!vip)
+		return nat_reply(ctx, p, cfg);
+	if (vip->forward == FP_FWD_PASS) {
+		count(FP_C_PASS_SLOW_PATH);
+		return XDP_PASS;
+	}
+	count_traffic(&fp_vip_stats, vip->id, frame_len);
+	now = bpf_ktime_get_ns();
+
+	ct = bpf_map_lookup_elem(&fp_conntrack, &p->key);
+	if (ct) {
+		if (now - ct->last_seen > ct_timeout(cfg, p->key.proto, ct->state)) {
+			count(FP_C_CT_EXPIRED);
+			ct = 0;
+		} else if (ct->vip_id != vip->id) {
+			/* The VIP was redefined under the same address. */
+			ct = 0;
+		} else {
+			bid = ct->backend_id;
+			be = bpf_map_lookup_elem(&fp_backends, &bid);
+			/* A removed backend's flows are balanced anew. */
+			if (!be || !(be->flags & FP_BACKEND_ACTIVE))
+				ct = 0;
+		}
+	}
+	if (ct) {
+		count(FP_C_CT_HIT);
+		nat_port = ct->nat_port;
+		hash = ct->hash;
+		if (p->key.proto == IPPROTO_TCP) {
+			__u8 f = p->tcp_flags;
+
+			if ((f & (TCP_FIN | TCP_RST)) && ct->state != CT_CLOSING) {
+				ct->state = CT_CLOSING;
+				ct->last_seen = now;
+			} else if ((f & TCP_SYN) && !(f & TCP_ACK) && ct->state == CT_CLOSING) {
+				/* The client reuses the port: a new connection. */
+				ct->state = CT_SYN;
+				ct->last_seen = now;
+			} else if (ct->state == CT_SYN && (f & TCP_ACK) && !(f & TCP_SYN)) {
+				ct->state = CT_OPEN;
+				ct->last_seen = now;
+			} else if (now - ct->last_seen > TOUCH_INTERVAL_NS) {
+				ct->last_seen = now;
+			}
+		} else if (now - ct->last_seen > TOUCH_INTERVAL_NS) {
+			ct->last_seen = now;
+		}
+	} else {
+		struct ct_value nct = {};
+
+		count(FP_C_CT_MISS);
+		hash = flow_hash(&p->key);
+		bid = maglev_pick(vip->id, hash);
+		be = bid ? bpf_map_lookup_elem(&fp_backends, &bid) : 0;
+		if (!be || !(be->flags & FP_BACKEND_ACTIVE)) {
+			count(FP_C_DROP_NO_BACKEND);
+			return XDP_DROP;
+		}
+		/* A RST without state is forwarded but starts nothing. */
+		if (!bench_miss_path && !(p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_RST))) {
+			if (vip->forward == FP_FWD_NAT) {
+				if (nat_alloc(cfg, p, be, vip->id, hash, now, &nat_port)) {
+					count(FP_C_DROP_NAT_EXHAUSTED);
+					return XDP_DROP;
+				}
+			} else if (vip->forward == FP_FWD_NAT_KEEP_CLIENT) {
+				nat_keep_client(p, be, vip->id, now);
+			}
+			nct.last_seen = now;
+			nct.backend_id = bid;
+			nct.vip_id = vip->id;
+			nct.nat_port = nat_port;
+			nct.hash = hash;
+			nct.state = CT_OPEN;
+			/* A mid-flow packet (ECMP moved the flow here) is OPEN at once. */
+			if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_SYN) && !(p->tcp_flags & TCP_ACK))
+				nct.state = CT_SYN;
+			if (bpf_map_update_elem(&fp_conntrack, &p->key, &nct, BPF_ANY) == 0)
+				count(FP_C_CT_CREATED);
+		}
+	}
+	count_traffic(&fp_backend_stats, bid, frame_len);
+	return forward(ctx, p, vip, be, cfg, nat_port, hash);
+}
+
+/* echo_reply turns an ICMP / ICMPv6 echo request into its reply in place. */
+static __always_inline int echo_reply(struct xdp_md *ctx, struct pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct icmphdr *ih = data + L4_OFF(p);
+	__u8 mac[ETH_ALEN];
+	__u16 old, *w;
+
+	if ((void *)(eth + 1) > data_end || (void *)(ih + 1) > data_end)
+		return XDP_PASS;
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+
+	if (p->key.family == FP_FAMILY_IPV4) {
+		struct iphdr *iph = data + L3_OFF(p);
+		__be32 a;
+
+		if ((void *)(iph + 1) > data_end)
+			return XDP_PASS;
+		a = iph->saddr;
+		iph->saddr = iph->daddr;
+		iph->daddr = a;
+		w = (__u16 *)&iph->ttl;
+		old = *w;
+		iph->ttl = OUTER_TTL;
+		csum_apply(&iph->check, (__u16)~old + (__u64)*w);
+		w = (__u16 *)ih;
+		old = *w;
+		ih->type = ICMP_ECHOREPLY;
+	} else {
+		struct ipv6hdr *ip6 = data + L3_OFF(p);
+		__u8 a[16];
+
+		if ((void *)(ip6 + 1) > data_end)
+			return XDP_PASS;
+		/* Swapping the addresses leaves the pseudo-header sum as it was. */
+		copy16(a, ip6->saddr);
+		copy16(ip6->saddr, ip6->daddr);
+		copy16(ip6->daddr, a);
+		ip6->hop_limit = OUTER_TTL;
+		w = (__u16 *)ih;
+		old = *w;
+		ih->type = ICMPV6_ECHO_REPLY;
+	}
+	csum_apply(&ih->checksum, (__u16)~old + (__u64)*w);
+	count(FP_C_ICMP_ECHO);
+	return XDP_TX;
+}
+
+/*
+ * icmp_error forwards a "fragmentation needed" / "packet too big" about a
+ * DSR flow to the backend serving it: the backend sent the too-big packet
+ * (its replies go to the client directly), so only it can lower its path
+ * MTU. The quoted packet is the VIP → client direction.
+ */
+static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 inner = L4_OFF(p) + sizeof(struct icmphdr);
+	struct pkt q = {};
+	struct vip_info *vip;
+	struct ct_value *ct;
+	struct backend *be;
+	__be16 *ports;
+	__u32 bid, hash;
+	__u8 src[16];
+	int len;
+
+	if (p->key.family == FP_FAMILY_IPV4) {
+		struct iphdr *iph = data + inner;
+
+		if ((void *)(iph + 1) > data_end || iph->ihl < 5)
+			goto pass;
+		ports = data + inner + iph->ihl * 4;
+		q.key.proto = iph->protocol;
+		__builtin_memcpy(q.key.src, &iph->daddr, 4);
+		__builtin_memcpy(q.key.dst, &iph->saddr, 4);
+	} else {
+		struct ipv6hdr *ip6 = data + inner;
+
+		if ((void *)(ip6 + 1) > data_end)
+			goto pass;
+		ports = data + inner + sizeof(*ip6);
+		q.key.proto = ip6->nexthdr;
+		copy16(q.key.src, ip6->daddr);
+		copy16(q.key.dst, ip6->saddr);
+	}
+	if (q.key.proto != IPPROTO_TCP && q.key.proto != IPPROTO_UDP)
+		goto pass;
+	if ((void *)(ports + 2) > data_end)
+		goto pass;
+	q.key.family = p->key.family;
+	q.key.sport = fp_ntohs(ports[1]);
+	q.key.dport = fp_ntohs(ports[0]);
+
+	vip = vip_lookup(&q.key);
+	if (!vip || vip->forward < FP_FWD_DSR_IPIP)
+		goto pass;
+	ct = bpf_map_lookup_elem(&fp_conntrack, &q.key);
+	if (ct) {
+		bid = ct->backend_id;
+		hash = ct->hash;
+	} else {
+		hash = flow_hash(&q.key);
+		bid = maglev_pick(vip->id, hash);
+	}
+	be = bpf_map_lookup_elem(&fp_backends, &bid);
+	if (!bid || !be || !(be->flags & FP_BACKEND_ACTIVE))
+		goto pass;
+	count(FP_C_ICMP_ERROR_FORWARDED);
+	if (vip->forward == FP_FWD_DSR_L2) {
+		if (be->family != p->key.family)
+			goto pass;
+		return send(ctx, be->family, p->key.src, be->addr, p->l3_len);
+	}
+	if (node_addr(cfg, be->family, src)) {
+		count(FP_C_DROP_NO_NODE_ADDR);
+		return XDP_DROP;
+	}
+	len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
+	if (len < 0)
+		return XDP_DROP;
+	return send(ctx, be->family, src, be->addr, len);
+pass:
+	count(FP_C_PASS_ICMP);
+	return XDP_PASS;
+}
+
+static __always_inline int handle_icmp(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
+{
+	struct vip_key vk = {};
+	struct vip_info *vip;
+	int v4 = p->key.family == FP_FAMILY_IPV4;
+
+	/* ICMP is for VIP addresses only: their address entries (port 0, proto 0). */
+	copy16(vk.addr, p->key.dst);
+	vk.family = p->key.family;
+	vip = bpf_map_lookup_elem(&fp_vips, &vk);
+	if (!vip) {
+		count(FP_C_PASS_ICMP);
+		return XDP_PASS;
+	}
+	if (p->icmp_type == (v4 ? ICMP_ECHO : ICMPV6_ECHO_REQUEST) && (vip->flags & FP_VIP_ECHO))
+		return echo_reply(ctx, p);
+	if (v4 ? (p->icmp_type == ICMP_DEST_UNREACH && p->icmp_code == ICMP_FRAG_NEEDED)
+	       : p->icmp_type == ICMPV6_PKT_TOOBIG)
+		return icmp_error(ctx, p, cfg);
+	count(FP_C_PASS_ICMP);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int novaedge_fastpath(struct xdp_md *ctx)
+{
+	struct node_config *cfg;
+	struct pkt p = {};
+	__u32 zero = 0;
+
+	count(FP_C_RX);
+	switch (parse(ctx, &p)) {
+	case PARSE_OK:
+		break;
+	case PARSE_NOT_IP:
+		count(FP_C_PASS_NOT_IP);
+		return XDP_PASS;
+	case PARSE_FRAGMENT:
+		count(FP_C_PASS_FRAGMENT);
+		return XDP_PASS;
+	case PARSE_OTHER_L4:
+		count(FP_C_PASS_OTHER_PROTO);
+		return XDP_PASS;
+	default:
+		/* Not ours to judge: the kernel drops what is really broken. */
+		count(FP_C_PASS_MALFORMED);
+		return XDP_PASS;
+	}
+	cfg = bpf_map_lookup_elem(&fp_config, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	if (p.key.proto == IPPROTO_ICMP || p.key.proto == IPPROTO_ICMPV6) {
+		/* ICMP over the wrong IP version is nobody's. */
+		if ((p.key.proto == IPPROTO_ICMP) != (p.key.family == FP_FAMILY_IPV4)) {
+			count(FP_C_PASS_OTHER_PROTO);
+			return XDP_PASS;
+		}
+		return handle_icmp(ctx, &p, cfg);
+	}
+	return handle_l4(ctx, &p, cfg);
+}

@@ -1,0 +1,64 @@
+/*
+ * fastpath_consts.h: sizes and tunables of the XDP fast path. Map sizes are
+ * defaults; the loader (fastpath/) overrides them at load time through
+ * CollectionSpec.Maps[name].MaxEntries, so these defines only set what a
+ * plain build gets.
+ */
+#ifndef NOVAEDGE_FASTPATH_CONSTS_H
+#define NOVAEDGE_FASTPATH_CONSTS_H
+
+/* VIP IDs index maglev_tables and vip_stats; ID 0 is never used. */
+#ifndef MAX_VIPS
+#define MAX_VIPS 4096
+#endif
+
+/* (address, port, protocol) entries of the VIP table. */
+#ifndef MAX_VIP_ENTRIES
+#define MAX_VIP_ENTRIES 16384
+#endif
+
+/* Backend IDs index backends and backend_stats; ID 0 means "no backend". */
+#ifndef MAX_BACKENDS
+#define MAX_BACKENDS 65536
+#endif
+
+/* Slots of one Maglev table: a prime (the Maglev paper's M). */
+#ifndef MAGLEV_SIZE
+#define MAGLEV_SIZE 65537
+#endif
+
+/* Tracked flows (client → VIP 5-tuples). */
+#ifndef CT_SIZE
+#define CT_SIZE 262144
+#endif
+
+/* NAT reply mappings (backend → node or client 5-tuples). */
+#ifndef NAT_SIZE
+#define NAT_SIZE 262144
+#endif
+
+/* Interfaces with the fast path attached that redirected frames may use. */
+#ifndef MAX_TX_PORTS
+#define MAX_TX_PORTS 64
+#endif
+
+/* Source ports tried for one new SNAT mapping before giving up (counted). */
+#define NAT_PORT_TRIES 16
+
+/* IPv6 extension headers walked before the packet is handed to the kernel. */
+#define MAX_IPV6_EXT 6
+
+/*
+ * Timestamps of tracked flows are rewritten at most this often, so a busy
+ * flow does not dirty its cache line on every packet.
+ */
+#define TOUCH_INTERVAL_NS 1000000000ULL
+
+/* Seed of the flow hash; fastpath/flowhash uses the same. */
+#define FLOW_HASH_SEED 0x4e6f7661U
+
+/* Outer headers added for DSR. */
+#define OUTER_TTL 64
+#define DEFAULT_GUE_PORT 6080
+
+#endif /* NOVAEDGE_FASTPATH_CONSTS_H */

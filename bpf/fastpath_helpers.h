@@ -1,0 +1,300 @@
+/*
+ * fastpath_helpers.h: the building blocks of the XDP fast path that do not
+ * decide anything: packet parsing into a flow key, the flow hash (identical
+ * to fastpath/flowhash in Go, so every node and the tests pick the same
+ * Maglev slot), incremental checksum updates (RFC 1624) and counters.
+ */
+#ifndef NOVAEDGE_FASTPATH_HELPERS_H
+#define NOVAEDGE_FASTPATH_HELPERS_H
+
+#include "include/uapi.h"
+#include "include/bpf_helpers.h"
+#include "include/net.h"
+#include "fastpath_consts.h"
+#include "fastpath_structs.h"
+#include "fastpath_maps.h"
+
+/* struct pkt is what parsing learned about a frame. */
+struct pkt {
+	/* The frame's 5-tuple (ports host order; 0 for ICMP). */
+	struct flow_key key;
+	/* Offset of the IP header, and of the L4 header, from the frame start. */
+	__u32 l3_off;
+	__u32 l4_off;
+	/* Length of the IP packet by its own header (not counting padding). */
+	__u32 l3_len;
+	/* TCP flags (0 for other protocols). */
+	__u8 tcp_flags;
+	/* IPv4 TOS / IPv6 traffic class, copied to tunnel headers. */
+	__u8 tos;
+	/* ICMP type, for ICMP and ICMPv6. */
+	__u8 icmp_type;
+	__u8 icmp_code;
+};
+
+enum parse_result {
+	PARSE_OK = 0,
+	PARSE_NOT_IP,
+	PARSE_FRAGMENT,
+	PARSE_MALFORMED,
+	/* IP, but neither TCP, UDP, ICMP nor ICMPv6. */
+	PARSE_OTHER_L4,
+};
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&fp_counters, &idx);
+
+	if (c)
+		*c += 1;
+}
+
+static __always_inline void count_traffic(void *map, __u32 id, __u64 bytes)
+{
+	struct fp_traffic *t = bpf_map_lookup_elem(map, &id);
+
+	if (t) {
+		t->packets += 1;
+		t->bytes += bytes;
+	}
+}
+
+static __always_inline void copy16(__u8 *dst, const __u8 *src)
+{
+	__builtin_memcpy(dst, src, 16);
+}
+
+static __always_inline __u16 csum_fold(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/*
+ * csum_diff16 is the one's-complement difference between n 16-bit words at
+ * from and at to, for an incremental update: HC' = ~(~HC + ~m + m').
+ */
+static __always_inline __u64 csum_diff16(const __u16 *from, const __u16 *to, int n)
+{
+	__u64 s = 0;
+
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		if (i >= n)
+			break;
+		s += (__u16)~from[i];
+		s += to[i];
+	}
+	return s;
+}
+
+static __always_inline void csum_apply(__u16 *check, __u64 diff)
+{
+	*check = ~csum_fold((__u64)(__u16)~*check + diff);
+}
+
+static __always_inline __u32 rotl32(__u32 x, int r)
+{
+	return (x << r) | (x >> (32 - r));
+}
+
+static __always_inline __u32 hash_mix(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51U;
+	k = rotl32(k, 15);
+	k *= 0x1b873593U;
+	h ^= k;
+	h = rotl32(h, 13);
+	return h * 5 + 0xe6546b64U;
+}
+
+/*
+ * flow_hash hashes the 5-tuple only, never anything local to the node, so
+ * that every node maps a flow to the same Maglev slot (ECMP may move a flow
+ * between nodes mid-connection). MurmurHash3's mixing over the words of the
+ * addresses (as they lie in memory, little-endian loads), the ports
+ * ((sport << 16) | dport, host order) and the protocol.
+ */
+static __always_inline __u32 flow_hash(const struct flow_key *k)
+{
+	const __u32 *s = (const __u32 *)k->src;
+	const __u32 *d = (const __u32 *)k->dst;
+	__u32 h = FLOW_HASH_SEED;
+
+	h = hash_mix(h, s[0]);
+	h = hash_mix(h, s[1]);
+	h = hash_mix(h, s[2]);
+	h = hash_mix(h, s[3]);
+	h = hash_mix(h, d[0]);
+	h = hash_mix(h, d[1]);
+	h = hash_mix(h, d[2]);
+	h = hash_mix(h, d[3]);
+	h = hash_mix(h, ((__u32)k->sport << 16) | k->dport);
+	h = hash_mix(h, k->proto);
+	h ^= 40;
+	h ^= h >> 16;
+	h *= 0x85ebca6bU;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35U;
+	h ^= h >> 16;
+	return h;
+}
+
+/*
+ * parse_l4 reads ports and flags of the L4 header at off. An ICMP header is
+ * read too (type and code), for echo and error handling.
+ */
+static __always_inline int parse_l4(void *data, void *data_end, struct pkt *p, __u32 off)
+{
+	p->l4_off = off;
+	switch (p->key.proto) {
+	case IPPROTO_TCP: {
+		struct tcphdr *th = data + off;
+
+		if ((void *)(th + 1) > data_end)
+			return PARSE_MALFORMED;
+		if ((th->doff_res >> 4) < 5)
+			return PARSE_MALFORMED;
+		p->key.sport = fp_ntohs(th->source);
+		p->key.dport = fp_ntohs(th->dest);
+		p->tcp_flags = th->flags;
+		return PARSE_OK;
+	}
+	case IPPROTO_UDP: {
+		struct udphdr *uh = data + off;
+
+		if ((void *)(uh + 1) > data_end)
+			return PARSE_MALFORMED;
+		p->key.sport = fp_ntohs(uh->source);
+		p->key.dport = fp_ntohs(uh->dest);
+		return PARSE_OK;
+	}
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6: {
+		struct icmphdr *ih = data + off;
+
+		if ((void *)(ih + 1) > data_end)
+			return PARSE_MALFORMED;
+		p->icmp_type = ih->type;
+		p->icmp_code = ih->code;
+		return PARSE_OK;
+	}
+	}
+	return PARSE_OTHER_L4;
+}
+
+static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p, __u32 off)
+{
+	struct iphdr *iph = data + off;
+	__u32 hlen;
+
+	if ((void *)(iph + 1) > data_end)
+		return PARSE_MALFORMED;
+	if (iph->version != 4 || iph->ihl < 5)
+		return PARSE_MALFORMED;
+	hlen = iph->ihl * 4;
+	p->l3_len = fp_ntohs(iph->tot_len);
+	if (p->l3_len < hlen || data + off + p->l3_len > data_end)
+		return PARSE_MALFORMED;
+	if (fp_ntohs(iph->frag_off) & (IP_MF | IP_OFFMASK))
+		return PARSE_FRAGMENT;
+	p->key.family = FP_FAMILY_IPV4;
+	p->key.proto = iph->protocol;
+	p->tos = iph->tos;
+	__builtin_memcpy(p->key.src, &iph->saddr, 4);
+	__builtin_memcpy(p->key.dst, &iph->daddr, 4);
+	return parse_l4(data, data_end, p, off + hlen);
+}
+
+static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt *p, __u32 off)
+{
+	struct ipv6hdr *ip6 = data + off;
+	__u8 nexthdr;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return PARSE_MALFORMED;
+	if (ip6->version != 6)
+		return PARSE_MALFORMED;
+	p->l3_len = fp_ntohs(ip6->payload_len) + sizeof(*ip6);
+	if (data + off + p->l3_len > data_end)
+		return PARSE_MALFORMED;
+	p->key.family = FP_FAMILY_IPV6;
+	p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	copy16(p->key.src, ip6->saddr);
+	copy16(p->key.dst, ip6->daddr);
+	nexthdr = ip6->nexthdr;
+	off += sizeof(*ip6);
+
+#pragma unroll
+	for (int i = 0; i < MAX_IPV6_EXT; i++) {
+		struct ipv6_opt_hdr *oh = data + off;
+
+		switch (nexthdr) {
+		case IPPROTO_HOPOPTS:
+		case IPPROTO_ROUTING:
+		case IPPROTO_DSTOPTS:
+			if ((void *)(oh + 1) > data_end)
+				return PARSE_MALFORMED;
+			nexthdr = oh->nexthdr;
+			off += ((__u32)oh->hdrlen + 1) * 8;
+			continue;
+		case IPPROTO_AH:
+			if ((void *)(oh + 1) > data_end)
+				return PARSE_MALFORMED;
+			nexthdr = oh->nexthdr;
+			off += ((__u32)oh->hdrlen + 2) * 4;
+			continue;
+		case IPPROTO_FRAGMENT:
+			return PARSE_FRAGMENT;
+		}
+		break;
+	}
+	switch (nexthdr) {
+	case IPPROTO_HOPOPTS:
+	case IPPROTO_ROUTING:
+	case IPPROTO_DSTOPTS:
+	case IPPROTO_AH:
+	case IPPROTO_FRAGMENT:
+		/* More extension headers than we walk: the kernel decides. */
+		return PARSE_OTHER_L4;
+	}
+	p->key.proto = nexthdr;
+	return parse_l4(data, data_end, p, off);
+}
+
+/*
+ * parse reads Ethernet, at most one VLAN tag, IPv4 or IPv6 and the L4
+ * header into p. Bounds are checked against data_end at every step, so a
+ * truncated frame is PARSE_MALFORMED and never read past its end.
+ */
+static __always_inline int parse(struct xdp_md *ctx, struct pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u32 off = sizeof(*eth);
+	__be16 proto;
+
+	if ((void *)(eth + 1) > data_end)
+		return PARSE_MALFORMED;
+	proto = eth->h_proto;
+	if (proto == fp_htons(ETH_P_8021Q) || proto == fp_htons(ETH_P_8021AD)) {
+		struct vlan_hdr *vh = data + off;
+
+		if ((void *)(vh + 1) > data_end)
+			return PARSE_MALFORMED;
+		proto = vh->encap_proto;
+		off += sizeof(*vh);
+	}
+	p->l3_off = off;
+	if (proto == fp_htons(ETH_P_IP))
+		return parse_ipv4(data, data_end, p, off);
+	if (proto == fp_htons(ETH_P_IPV6))
+		return parse_ipv6(data, data_end, p, off);
+	return PARSE_NOT_IP;
+}
+
+#endif /* NOVAEDGE_FASTPATH_HELPERS_H */

@@ -1,0 +1,102 @@
+/*
+ * fastpath_maps.h: the maps of the XDP fast path. The agent pins them under
+ * /sys/fs/bpf/novaedge/<layout>/ and novaedgectl fastpath reads them there;
+ * all carry BTF, so bpftool prints keys and values by field name.
+ */
+#ifndef NOVAEDGE_FASTPATH_MAPS_H
+#define NOVAEDGE_FASTPATH_MAPS_H
+
+#include "include/uapi.h"
+#include "include/bpf_helpers.h"
+#include "fastpath_consts.h"
+#include "fastpath_structs.h"
+
+/* VIP entries by (address, port, protocol). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_VIP_ENTRIES);
+	__type(key, struct vip_key);
+	__type(value, struct vip_info);
+} fp_vips SEC(".maps");
+
+/* The template of one VIP's Maglev table: slot → backend ID. */
+struct maglev_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAGLEV_SIZE);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+/* Maglev tables by VIP ID; a new table is swapped in with one update. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAX_VIPS);
+	__type(key, __u32);
+	__array(values, struct maglev_table);
+} fp_maglev SEC(".maps");
+
+/* Backends by ID. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct backend);
+} fp_backends SEC(".maps");
+
+/* Tracked flows: client → VIP 5-tuple → backend (LRU: the oldest go first). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_SIZE);
+	__type(key, struct flow_key);
+	__type(value, struct ct_value);
+} fp_conntrack SEC(".maps");
+
+/* NAT mappings: backend → node/client 5-tuple → the client and VIP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, NAT_SIZE);
+	__type(key, struct flow_key);
+	__type(value, struct nat_value);
+} fp_nat SEC(".maps");
+
+/* Node-wide configuration, one entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct node_config);
+} fp_config SEC(".maps");
+
+/* Interfaces running the fast path, by ifindex: redirect targets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, MAX_TX_PORTS);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+} fp_tx_ports SEC(".maps");
+
+/* Packets and bytes per VIP ID, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct fp_traffic);
+} fp_vip_stats SEC(".maps");
+
+/* Packets and bytes per backend ID, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct fp_traffic);
+} fp_backend_stats SEC(".maps");
+
+/* Counters by enum fp_counter, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FP_C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} fp_counters SEC(".maps");
+
+#endif /* NOVAEDGE_FASTPATH_MAPS_H */

@@ -1,0 +1,200 @@
+/*
+ * fastpath_structs.h: keys, values and enums shared between the XDP fast
+ * path and user space. bpf2go generates their Go declarations from BTF
+ * (-type), so they are never mirrored by hand; bpftool prints them by name.
+ *
+ * Addresses are 16 bytes: an IPv6 address, or an IPv4 address in the first
+ * four bytes with the rest zero, always in network order. Ports in map keys
+ * and values are in host order, so bpftool and Go read them plainly.
+ */
+#ifndef NOVAEDGE_FASTPATH_STRUCTS_H
+#define NOVAEDGE_FASTPATH_STRUCTS_H
+
+#include "include/uapi.h"
+
+/* enum fp_family is the address family of keys and backends. */
+enum fp_family {
+	FP_FAMILY_NONE = 0,
+	FP_FAMILY_IPV4 = 4,
+	FP_FAMILY_IPV6 = 6,
+};
+
+/*
+ * enum fp_forward says what the fast path does with a VIP's packets.
+ * FP_FWD_PASS hands them to the kernel (the slow path listens there).
+ */
+enum fp_forward {
+	FP_FWD_PASS = 0,
+	/* DNAT to the backend, SNAT to the node address and a BPF-allocated port. */
+	FP_FWD_NAT = 1,
+	/* DNAT only: the client address is kept; replies must route via the node. */
+	FP_FWD_NAT_KEEP_CLIENT = 2,
+	/* DSR: IPv4-in-IPv4 or IPv6-in-IPv6 (outer family = backend's). */
+	FP_FWD_DSR_IPIP = 3,
+	/* DSR: IP in UDP (GUE variant 1) to the backend's gue_port. */
+	FP_FWD_DSR_GUE = 4,
+	/* DSR: MAC rewrite only, backend on the same L2 segment. */
+	FP_FWD_DSR_L2 = 5,
+};
+
+/* Flags of struct vip_info. */
+enum fp_vip_flags {
+	/* Answer ICMP / ICMPv6 echo requests to the address (address entries). */
+	FP_VIP_ECHO = 1 << 0,
+};
+
+/*
+ * struct vip_key selects a VIP entry. port 0 is the whole-VIP wildcard for
+ * proto; proto 0 with port 0 is the address entry that marks an address as
+ * a VIP (ICMP echo, ICMP errors for its flows).
+ */
+struct vip_key {
+	__u8 addr[16];
+	__u16 port;
+	__u8 proto;
+	__u8 family;
+};
+
+/* struct vip_info is what the fast path knows of a VIP entry. */
+struct vip_info {
+	/* Index into maglev_tables and vip_stats; 0 for address entries. */
+	__u32 id;
+	/* enum fp_vip_flags. */
+	__u32 flags;
+	/* enum fp_forward. */
+	__u8 forward;
+	__u8 pad;
+	/* UDP destination port of GUE (FP_FWD_DSR_GUE); 0 means 6080. */
+	__u16 gue_port;
+};
+
+/* Flags of struct backend. */
+enum fp_backend_flags {
+	/* The entry is in use; an unused array slot has no flags. */
+	FP_BACKEND_ACTIVE = 1 << 0,
+};
+
+/* struct backend is one endpoint, indexed by its ID in backends. */
+struct backend {
+	__u8 addr[16];
+	__u16 port;
+	__u8 family;
+	__u8 flags;
+};
+
+/*
+ * struct flow_key is a 5-tuple as it appears in a packet: for conntrack the
+ * client → VIP direction, for nat the backend → node (or client) direction.
+ */
+struct flow_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 family;
+	__u16 pad;
+};
+
+/* enum ct_state is the TCP state a tracked flow is in (UDP is always OPEN). */
+enum ct_state {
+	CT_SYN = 1,
+	CT_OPEN = 2,
+	CT_CLOSING = 3,
+};
+
+/* struct ct_value is a tracked flow: the backend chosen at its first packet. */
+struct ct_value {
+	/* bpf_ktime_get_ns of the last packet (refreshed at most every second). */
+	__u64 last_seen;
+	__u32 backend_id;
+	__u32 vip_id;
+	/* SNAT source port (FP_FWD_NAT only), host order. */
+	__u16 nat_port;
+	/* enum ct_state. */
+	__u8 state;
+	__u8 pad;
+	/* The flow hash, reused for tunnel entropy without rehashing. */
+	__u32 hash;
+};
+
+/* struct nat_value turns a backend's reply back into the VIP's. */
+struct nat_value {
+	__u64 last_seen;
+	__u8 client[16];
+	__u8 vip[16];
+	__u16 client_port;
+	__u16 vip_port;
+	__u32 vip_id;
+};
+
+/*
+ * struct node_config is the node-wide configuration (fp_config[0]), written by
+ * the agent before any VIP refers to it.
+ */
+struct node_config {
+	/* Node addresses: the SNAT source and the outer source of DSR tunnels. */
+	__u8 node_v4[4];
+	__u8 node_v6[16];
+	/* SNAT source ports, inclusive, host order; reserved from the host's ephemeral range by the agent. */
+	__u16 nat_port_min;
+	__u16 nat_port_max;
+	/* Idle lifetimes in seconds; 0 means the built-in default. */
+	__u32 tcp_syn_timeout;
+	__u32 tcp_timeout;
+	__u32 tcp_closing_timeout;
+	__u32 udp_timeout;
+	/* enum fp_config_flags. */
+	__u32 flags;
+};
+
+/* Flags of struct node_config. */
+enum fp_config_flags {
+	/* Some VIP uses NAT: look replies up in fp_nat. */
+	FP_CFG_NAT = 1 << 0,
+};
+
+/* struct fp_traffic counts packets and bytes (per CPU, per VIP or backend). */
+struct fp_traffic {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/*
+ * enum fp_counter indexes the per-CPU counters: what happened to packets,
+ * with every drop and every pass to the kernel by reason.
+ */
+enum fp_counter {
+	FP_C_RX = 0,
+	FP_C_PASS_NOT_IP,
+	FP_C_PASS_FRAGMENT,
+	FP_C_PASS_NOT_VIP,
+	FP_C_PASS_SLOW_PATH,
+	FP_C_PASS_NO_NEIGH,
+	FP_C_PASS_EGRESS_NO_XDP,
+	FP_C_PASS_FIB_OTHER,
+	FP_C_PASS_ICMP,
+	FP_C_PASS_MALFORMED,
+	FP_C_PASS_OTHER_PROTO,
+	FP_C_CT_HIT,
+	FP_C_CT_MISS,
+	FP_C_CT_CREATED,
+	FP_C_CT_EXPIRED,
+	FP_C_NAT_CREATED,
+	FP_C_NAT_REPLY,
+	FP_C_ICMP_ECHO,
+	FP_C_ICMP_ERROR_FORWARDED,
+	FP_C_TX,
+	FP_C_REDIRECT,
+	FP_C_DROP_MALFORMED,
+	FP_C_DROP_NO_BACKEND,
+	FP_C_DROP_NAT_EXHAUSTED,
+	FP_C_DROP_FRAG_NEEDED,
+	FP_C_DROP_HEADROOM,
+	FP_C_DROP_FAMILY,
+	FP_C_DROP_NO_NODE_ADDR,
+	FP_C_DROP_FIB,
+	FP_C_MAX,
+};
+
+#endif /* NOVAEDGE_FASTPATH_STRUCTS_H */
