@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,54 @@ type planRow struct {
 	Listener  string   `json:"listener"`
 	Reasons   []string `json:"reasons"`
 	Endpoints []string `json:"endpoints,omitempty"`
+	// Forwarding is how XDP hands FAST flows to their backends; nil for SLOW.
+	Forwarding *planForwarding `json:"forwarding,omitempty"`
+}
+
+// planForwarding is a PlanEntry's forwarding with the values users write in
+// a ProxyVIP's spec.forwarding.
+type planForwarding struct {
+	// Mode is NAT or DSR.
+	Mode string `json:"mode"`
+	// PreserveClientIP (NAT): only the destination is translated.
+	PreserveClientIP bool `json:"preserveClientIP,omitempty"`
+	// Encapsulation (DSR) is IPIP, GUE or L2.
+	Encapsulation string `json:"encapsulation,omitempty"`
+	// GUEPort (DSR over GUE) is the UDP port of the encapsulated packets.
+	GUEPort uint32 `json:"guePort,omitempty"`
+}
+
+func newPlanForwarding(f *pb.Forwarding) *planForwarding {
+	if f == nil {
+		return nil
+	}
+	out := &planForwarding{
+		Mode:             strings.TrimPrefix(f.GetMode().String(), "FORWARDING_MODE_"),
+		PreserveClientIP: f.GetPreserveClientIp(),
+		GUEPort:          f.GetGuePort(),
+	}
+	if e := f.GetEncapsulation(); e != pb.Encapsulation_ENCAPSULATION_UNSPECIFIED {
+		out.Encapsulation = strings.TrimPrefix(e.String(), "ENCAPSULATION_")
+	}
+	return out
+}
+
+// String says in a few words what the fast path does with a flow.
+func (f *planForwarding) String() string {
+	switch {
+	case f.Mode == "NAT" && f.PreserveClientIP:
+		return "NAT keeping the client address (DNAT only)"
+	case f.Mode == "NAT":
+		return "NAT with SNAT to the node's address"
+	case f.Encapsulation == "GUE":
+		return fmt.Sprintf("DSR over GUE (UDP port %d)", f.GUEPort)
+	case f.Encapsulation == "L2":
+		return "DSR by MAC rewrite (L2)"
+	case f.Encapsulation != "":
+		return "DSR over " + f.Encapsulation
+	default:
+		return f.Mode
+	}
 }
 
 // planRows converts the snapshot's plan, keeping its order (by address,
@@ -36,6 +85,8 @@ func planRows(plan []*pb.PlanEntry) []planRow {
 			Path:     pathName(e.GetPath()),
 			Listener: e.GetListener(),
 			Reasons:  e.GetReasons(),
+
+			Forwarding: newPlanForwarding(e.GetForwarding()),
 		}
 		if r.Reasons == nil {
 			r.Reasons = []string{}
@@ -83,7 +134,8 @@ func hostPort(addr string, port uint32) string {
 }
 
 // writePlanTable prints the plan: one line per VIP address:port/protocol,
-// with the reasons for its path.
+// with the reasons for its path and, for FAST, how flows are forwarded (at
+// the end of the line, so the columns stay those scripts already read).
 func writePlanTable(w io.Writer, rows []planRow) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "plan: nothing is served (no listener has an address and a route)")
@@ -97,7 +149,11 @@ func writePlanTable(w io.Writer, rows []planRow) error {
 		if vip == "" {
 			vip = "-"
 		}
-		p.printf("%s\t%s/%s\t%s\t%s\t%s\n", vip, hostPort(r.Address, r.Port), r.Protocol, r.Path, r.Listener, strings.Join(r.Reasons, "; "))
+		notes := r.Reasons
+		if r.Forwarding != nil {
+			notes = append(slices.Clip(notes), "forwarding: "+r.Forwarding.String())
+		}
+		p.printf("%s\t%s/%s\t%s\t%s\t%s\n", vip, hostPort(r.Address, r.Port), r.Protocol, r.Path, r.Listener, strings.Join(notes, "; "))
 	}
 	if p.err != nil {
 		return p.err

@@ -25,6 +25,7 @@ func Build(in *Input, opts Options) (*pb.ConfigSnapshot, diag.List) {
 	b := newBuilder(in, opts)
 	b.translate()
 	b.indexCore()
+	b.checkServiceAnnotations()
 	b.buildPools()
 	b.buildVIPs()
 	b.buildPolicies()

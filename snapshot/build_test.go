@@ -32,6 +32,12 @@ func readInput(t testing.TB, path string) *Input {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseInput(t, path, data)
+}
+
+// parseInput is readInput for YAML held in memory; path names it in errors.
+func parseInput(t testing.TB, path string, data []byte) *Input {
+	t.Helper()
 	in := &Input{}
 	for i, doc := range strings.Split(string(data), "\n---") {
 		var tm struct{ Kind string }
@@ -154,6 +160,7 @@ func TestBuildGolden(t *testing.T) {
 		{name: "errors-files", input: "errors.yaml", node: Node{Name: "node-a"}},
 		{name: "decisions-node-a", input: "decisions.yaml", node: Node{Name: "node-a"}, complete: true, decisions: decisionsFixture()},
 		{name: "decisions-node-b", input: "decisions.yaml", node: Node{Name: "node-b"}, complete: true, decisions: decisionsFixture()},
+		{name: "forwarding", input: "forwarding.yaml", node: Node{Name: "node-a"}, complete: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // it (HTTP, SNI, TLS, policies) goes to the slow path.
 func (b *builder) buildPlan() {
 	for _, l := range b.listeners {
-		path, reasons, endpoints := b.decide(l)
+		path, reasons, endpoints, rt := b.decide(l)
 		if path == pb.DataPath_DATA_PATH_UNSPECIFIED {
 			continue
 		}
@@ -32,10 +32,18 @@ func (b *builder) buildPlan() {
 				reasons = []string{"gateway has no vipRef: it listens on every address, and the XDP fast path serves VIP addresses only"}
 			}
 		}
+		var fwd *pb.Forwarding
+		if v := l.gw.vip; path == pb.DataPath_DATA_PATH_FAST && v != nil {
+			fwd = v.pb.Forwarding
+			if fwd.Mode == pb.ForwardingMode_FORWARDING_MODE_DSR {
+				b.checkDSRPorts(l, rt, v)
+			}
+		}
 		for _, a := range addrs {
 			b.plan = append(b.plan, &pb.PlanEntry{
 				Vip: l.pb.Vip, Address: a, Port: l.pb.Port, Protocol: proto, Path: path,
 				Reasons: reasons, Listener: l.pb.Name, Endpoints: endpoints,
+				Forwarding: cloneForwarding(fwd),
 			})
 		}
 	}
@@ -46,7 +54,9 @@ func (b *builder) buildPlan() {
 	})
 }
 
-func (b *builder) decide(l *listenerEntry) (pb.DataPath, []string, []*pb.Endpoint) {
+// decide returns the path of a listener, why, and for FAST the table input
+// and the route it comes from.
+func (b *builder) decide(l *listenerEntry) (pb.DataPath, []string, []*pb.Endpoint, *pb.Route) {
 	slow := pb.DataPath_DATA_PATH_SLOW
 	var policyReasons []string
 	for _, p := range l.pb.Policies {
@@ -55,40 +65,40 @@ func (b *builder) decide(l *listenerEntry) (pb.DataPath, []string, []*pb.Endpoin
 	switch l.spec.Protocol {
 	case v1alpha1.ProtocolHTTP:
 		if l.pb.RedirectScheme != nil {
-			return slow, append([]string{"HTTP listener answers every request with a redirect to " + l.pb.RedirectScheme.Scheme}, policyReasons...), nil
+			return slow, append([]string{"HTTP listener answers every request with a redirect to " + l.pb.RedirectScheme.Scheme}, policyReasons...), nil, nil
 		}
-		return slow, append([]string{"HTTP listener: requests are routed by host, path and headers"}, policyReasons...), nil
+		return slow, append([]string{"HTTP listener: requests are routed by host, path and headers"}, policyReasons...), nil, nil
 	case v1alpha1.ProtocolHTTPS:
-		return slow, append([]string{"HTTPS listener: TLS is terminated and requests are routed at L7"}, policyReasons...), nil
+		return slow, append([]string{"HTTPS listener: TLS is terminated and requests are routed at L7"}, policyReasons...), nil, nil
 	case v1alpha1.ProtocolHTTP3:
-		return slow, append([]string{"HTTP/3 listener: QUIC and TLS are terminated"}, policyReasons...), nil
+		return slow, append([]string{"HTTP/3 listener: QUIC and TLS are terminated"}, policyReasons...), nil, nil
 	}
 	if len(l.pb.Policies) > 0 {
-		return slow, policyReasons, nil
+		return slow, policyReasons, nil, nil
 	}
 	if l.spec.Protocol == v1alpha1.ProtocolTLS && !l.passthrough() {
 		if l.l4 == nil {
 			b.warnf(l.gw.ref, l.field, "TLS listener has no route attached; connections are refused")
-			return pb.DataPath_DATA_PATH_UNSPECIFIED, nil, nil
+			return pb.DataPath_DATA_PATH_UNSPECIFIED, nil, nil, nil
 		}
-		return slow, []string{"TLS listener terminates TLS before forwarding"}, nil
+		return slow, []string{"TLS listener terminates TLS before forwarding"}, nil, nil
 	}
 	if l.passthrough() {
 		switch {
 		case len(l.tlsRoutes) == 0:
 			b.warnf(l.gw.ref, l.field, "TLS passthrough listener has no route attached; connections are refused")
-			return pb.DataPath_DATA_PATH_UNSPECIFIED, nil, nil
+			return pb.DataPath_DATA_PATH_UNSPECIFIED, nil, nil, nil
 		case len(l.tlsRoutes) == 1 && len(l.tlsRoutes[0].Hostnames) == 0 && len(l.spec.Hostnames) == 0:
-			return pb.DataPath_DATA_PATH_FAST, []string{"TLS passthrough to a single route without hostnames: balanced per connection, SNI not needed"}, b.tableInput(l, l.tlsRoutes[0])
+			return pb.DataPath_DATA_PATH_FAST, []string{"TLS passthrough to a single route without hostnames: balanced per connection, SNI not needed"}, b.tableInput(l, l.tlsRoutes[0]), l.tlsRoutes[0]
 		default:
-			return slow, []string{fmt.Sprintf("TLS passthrough routed by SNI (%d routes, hostnames to match): the backend is known only after the ClientHello", len(l.tlsRoutes))}, nil
+			return slow, []string{fmt.Sprintf("TLS passthrough routed by SNI (%d routes, hostnames to match): the backend is known only after the ClientHello", len(l.tlsRoutes))}, nil, nil
 		}
 	}
 	if l.l4 == nil {
 		b.warnf(l.gw.ref, l.field, "%s listener has no route attached; nothing is served on port %d", l.spec.Protocol, l.spec.Port)
-		return pb.DataPath_DATA_PATH_UNSPECIFIED, nil, nil
+		return pb.DataPath_DATA_PATH_UNSPECIFIED, nil, nil, nil
 	}
-	return pb.DataPath_DATA_PATH_FAST, []string{fmt.Sprintf("%s listener with one route and only backendRefs: balanced per flow in XDP", l.spec.Protocol)}, b.tableInput(l, l.l4)
+	return pb.DataPath_DATA_PATH_FAST, []string{fmt.Sprintf("%s listener with one route and only backendRefs: balanced per flow in XDP", l.spec.Protocol)}, b.tableInput(l, l.l4), l.l4
 }
 
 // tableInput merges the endpoints of a rule's backends into one weighted

@@ -278,7 +278,7 @@ func (b *builder) buildVIPs() {
 			continue
 		}
 		slices.SortFunc(e.addrs, func(x, y netip.Addr) int { return x.Compare(y) })
-		e.pb = &pb.VIP{Name: e.obj.Name, Mode: vipModes[e.obj.Spec.Mode]}
+		e.pb = &pb.VIP{Name: e.obj.Name, Mode: vipModes[e.obj.Spec.Mode], Forwarding: resolveForwarding(e.obj.Spec.Forwarding)}
 		for _, a := range e.addrs {
 			e.pb.Addresses = append(e.pb.Addresses, a.String())
 		}
@@ -338,4 +338,5 @@ func (b *builder) checkVIPSpec(e *vipEntry) {
 			e.accepted = false
 		}
 	}
+	b.checkForwarding(e)
 }

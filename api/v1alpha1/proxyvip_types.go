@@ -110,6 +110,120 @@ type ProxyVIPSpec struct {
 	// disables it.
 	// +optional
 	BFD *BFDConfig `json:"bfd,omitempty"`
+
+	// Forwarding says how the XDP fast path hands the VIP's L4 flows to their
+	// backends: NAT (the default) or DSR. Choose DSR when routers spread the
+	// VIP over several nodes with ECMP (BGP, OSPF): only DSR survives a flow
+	// moving to another node when the router rehashes; NAT with SNAT cannot.
+	// DSR asks more of the backends (see mode). Nil means NAT with SNAT.
+	// Listeners served by the Go slow path (HTTP, TLS termination, SNI
+	// routing, policies) always proxy and ignore this.
+	// +optional
+	Forwarding *ForwardingConfig `json:"forwarding,omitempty"`
+}
+
+// ForwardingMode is how the XDP fast path delivers a flow to its backend.
+// +kubebuilder:validation:Enum=NAT;DSR
+type ForwardingMode string
+
+const (
+	// ForwardingModeNAT rewrites the destination to the backend (and, unless
+	// preserveClientIP is set, the source to the node), so every reply
+	// passes back through the node, which rewrites it back. It works with
+	// any backend and any network.
+	ForwardingModeNAT ForwardingMode = "NAT"
+	// ForwardingModeDSR (direct server return) delivers the packet still
+	// addressed to the VIP; the backend answers the client directly, so only
+	// the requests cross the node.
+	ForwardingModeDSR ForwardingMode = "DSR"
+)
+
+// Encapsulation is how DSR carries a packet to its backend.
+// +kubebuilder:validation:Enum=IPIP;GUE;L2
+type Encapsulation string
+
+const (
+	// EncapsulationIPIP wraps the packet in an outer IP header to the backend:
+	// IPv4-in-IPv4, or IPv6-in-IPv6 for IPv6 backends.
+	EncapsulationIPIP Encapsulation = "IPIP"
+	// EncapsulationGUE wraps the packet in UDP (Generic UDP Encapsulation),
+	// for networks that pass only UDP between the nodes and the backends.
+	EncapsulationGUE Encapsulation = "GUE"
+	// EncapsulationL2 rewrites only the destination MAC address: the backends
+	// must be on the node's L2 segment.
+	EncapsulationL2 Encapsulation = "L2"
+)
+
+// DefaultGUEPort is the UDP port of GUE-encapsulated DSR packets when
+// guePort is not set.
+const DefaultGUEPort = 6080
+
+// ForwardingConfig is how the XDP fast path forwards a VIP's L4 flows.
+//
+// NAT (the default) works with any backend on any network: with SNAT the
+// backend sees the node as the client. DSR keeps the client's address and
+// sends replies straight from the backend to the client, but asks more of
+// every backend:
+//   - The VIP address on its loopback interface, so it accepts packets for
+//     the VIP and answers from it (without answering ARP/NDP for it).
+//   - For IPIP and GUE, the NovaEdge decapsulation program on the NIC the
+//     packets arrive on (`novaedgectl decap attach <nic>`): many kernels lack
+//     the ipip, ip6_tunnel and fou drivers, and the program needs none.
+//   - A listener on the VIP's port: DSR cannot translate ports, so an
+//     endpoint whose port differs from the listener's never sees its traffic
+//     on that port (the build warns).
+//
+// With ECMP (several nodes announcing the VIP over BGP or OSPF) a router may
+// move a flow to another node when the set of next hops changes. Only DSR
+// survives that: every node picks the same backend and the packet still
+// carries the client's and the VIP's addresses. NAT with SNAT cannot: the new
+// node has another address and picks another source port, so the backend
+// sees an unknown connection and resets it.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.preserveClientIP) || !self.preserveClientIP || !has(self.mode) || self.mode == 'NAT'",message="preserveClientIP applies only to mode NAT (DSR always keeps the client address): remove preserveClientIP or set mode NAT",fieldPath=".preserveClientIP"
+// +kubebuilder:validation:XValidation:rule="!has(self.encapsulation) || (has(self.mode) && self.mode == 'DSR')",message="encapsulation applies only to mode DSR: set mode DSR or remove encapsulation",fieldPath=".encapsulation"
+// +kubebuilder:validation:XValidation:rule="!has(self.guePort) || (has(self.mode) && self.mode == 'DSR')",message="guePort applies only to mode DSR with encapsulation GUE: set mode DSR and encapsulation GUE, or remove guePort",fieldPath=".guePort"
+// +kubebuilder:validation:XValidation:rule="!has(self.guePort) || !has(self.mode) || self.mode != 'DSR' || (has(self.encapsulation) && self.encapsulation == 'GUE')",message="guePort applies only to encapsulation GUE (DSR defaults to IPIP): set encapsulation GUE or remove guePort",fieldPath=".guePort"
+type ForwardingConfig struct {
+	// Mode is NAT or DSR. Empty means NAT.
+	//
+	// NAT: replies pass back through the node. It works with any backend on
+	// any network, but with SNAT a flow that ECMP moves to another node
+	// breaks (the new node has another address and source port).
+	//
+	// DSR: replies go straight from the backend to the client, and flows
+	// survive moving between nodes. Every backend needs the VIP address on
+	// its loopback interface; a listener on the VIP's port, because DSR
+	// cannot translate ports; and, for IPIP and GUE, the NovaEdge
+	// decapsulation program on its NIC (`novaedgectl decap attach <nic>`),
+	// because many kernels lack the tunnel drivers.
+	// +optional
+	Mode ForwardingMode `json:"mode,omitempty"`
+
+	// PreserveClientIP (NAT only) keeps the client's address as the source:
+	// only the destination is translated (DNAT). This works only where the
+	// backends' replies route back through the node that translated the
+	// request, for example when it is their default gateway; with several
+	// nodes announcing the VIP that is rarely so. False (the default)
+	// translates the source to the node's address too (SNAT), so replies
+	// always come back through the node, on any network.
+	// +optional
+	PreserveClientIP bool `json:"preserveClientIP,omitempty"`
+
+	// Encapsulation (DSR only) is how packets reach the backends: IPIP
+	// (IPv4-in-IPv4, or IPv6-in-IPv6 for IPv6 backends), GUE (the packet in
+	// UDP to guePort, for networks that pass only UDP) or L2 (only the
+	// destination MAC is rewritten; the backends must be on the node's L2
+	// segment and need no decapsulation). Empty means IPIP.
+	// +optional
+	Encapsulation Encapsulation `json:"encapsulation,omitempty"`
+
+	// GUEPort (DSR with encapsulation GUE) is the UDP destination port of
+	// the encapsulated packets, where the backends' decapsulation program
+	// expects them. Unset means 6080.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 65535",message="guePort must be 1-65535; leave it out for the default 6080"
+	GUEPort int32 `json:"guePort,omitempty"`
 }
 
 // VIPHealthPolicy says when a VIP counts as healthy.

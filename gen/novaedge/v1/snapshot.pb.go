@@ -88,6 +88,119 @@ func (VIPMode) EnumDescriptor() ([]byte, []int) {
 	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{0}
 }
 
+type ForwardingMode int32
+
+const (
+	ForwardingMode_FORWARDING_MODE_UNSPECIFIED ForwardingMode = 0
+	// NAT rewrites the destination to the backend and, unless
+	// preserve_client_ip, the source to the node; replies pass back through
+	// the node.
+	ForwardingMode_FORWARDING_MODE_NAT ForwardingMode = 1
+	// DSR delivers the packet still addressed to the VIP (encapsulated, or by
+	// MAC rewrite); the backend replies to the client directly. Ports are not
+	// translated.
+	ForwardingMode_FORWARDING_MODE_DSR ForwardingMode = 2
+)
+
+// Enum value maps for ForwardingMode.
+var (
+	ForwardingMode_name = map[int32]string{
+		0: "FORWARDING_MODE_UNSPECIFIED",
+		1: "FORWARDING_MODE_NAT",
+		2: "FORWARDING_MODE_DSR",
+	}
+	ForwardingMode_value = map[string]int32{
+		"FORWARDING_MODE_UNSPECIFIED": 0,
+		"FORWARDING_MODE_NAT":         1,
+		"FORWARDING_MODE_DSR":         2,
+	}
+)
+
+func (x ForwardingMode) Enum() *ForwardingMode {
+	p := new(ForwardingMode)
+	*p = x
+	return p
+}
+
+func (x ForwardingMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ForwardingMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_novaedge_v1_snapshot_proto_enumTypes[1].Descriptor()
+}
+
+func (ForwardingMode) Type() protoreflect.EnumType {
+	return &file_novaedge_v1_snapshot_proto_enumTypes[1]
+}
+
+func (x ForwardingMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ForwardingMode.Descriptor instead.
+func (ForwardingMode) EnumDescriptor() ([]byte, []int) {
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{1}
+}
+
+type Encapsulation int32
+
+const (
+	// UNSPECIFIED for NAT.
+	Encapsulation_ENCAPSULATION_UNSPECIFIED Encapsulation = 0
+	// IPIP: an outer IP header to the backend (IPv4-in-IPv4; IPv6-in-IPv6 for
+	// IPv6 backends).
+	Encapsulation_ENCAPSULATION_IPIP Encapsulation = 1
+	// GUE: outer IP and UDP headers to the backend's gue_port.
+	Encapsulation_ENCAPSULATION_GUE Encapsulation = 2
+	// L2: only the destination MAC is rewritten (backends on the node's L2
+	// segment).
+	Encapsulation_ENCAPSULATION_L2 Encapsulation = 3
+)
+
+// Enum value maps for Encapsulation.
+var (
+	Encapsulation_name = map[int32]string{
+		0: "ENCAPSULATION_UNSPECIFIED",
+		1: "ENCAPSULATION_IPIP",
+		2: "ENCAPSULATION_GUE",
+		3: "ENCAPSULATION_L2",
+	}
+	Encapsulation_value = map[string]int32{
+		"ENCAPSULATION_UNSPECIFIED": 0,
+		"ENCAPSULATION_IPIP":        1,
+		"ENCAPSULATION_GUE":         2,
+		"ENCAPSULATION_L2":          3,
+	}
+)
+
+func (x Encapsulation) Enum() *Encapsulation {
+	p := new(Encapsulation)
+	*p = x
+	return p
+}
+
+func (x Encapsulation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Encapsulation) Descriptor() protoreflect.EnumDescriptor {
+	return file_novaedge_v1_snapshot_proto_enumTypes[2].Descriptor()
+}
+
+func (Encapsulation) Type() protoreflect.EnumType {
+	return &file_novaedge_v1_snapshot_proto_enumTypes[2]
+}
+
+func (x Encapsulation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Encapsulation.Descriptor instead.
+func (Encapsulation) EnumDescriptor() ([]byte, []int) {
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{2}
+}
+
 type VIPRole int32
 
 const (
@@ -127,11 +240,11 @@ func (x VIPRole) String() string {
 }
 
 func (VIPRole) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[1].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[3].Descriptor()
 }
 
 func (VIPRole) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[1]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[3]
 }
 
 func (x VIPRole) Number() protoreflect.EnumNumber {
@@ -140,7 +253,7 @@ func (x VIPRole) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VIPRole.Descriptor instead.
 func (VIPRole) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{1}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{3}
 }
 
 type Protocol int32
@@ -188,11 +301,11 @@ func (x Protocol) String() string {
 }
 
 func (Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[2].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[4].Descriptor()
 }
 
 func (Protocol) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[2]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[4]
 }
 
 func (x Protocol) Number() protoreflect.EnumNumber {
@@ -201,7 +314,7 @@ func (x Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Protocol.Descriptor instead.
 func (Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{2}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{4}
 }
 
 type RouteKind int32
@@ -245,11 +358,11 @@ func (x RouteKind) String() string {
 }
 
 func (RouteKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[3].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[5].Descriptor()
 }
 
 func (RouteKind) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[3]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[5]
 }
 
 func (x RouteKind) Number() protoreflect.EnumNumber {
@@ -258,7 +371,7 @@ func (x RouteKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RouteKind.Descriptor instead.
 func (RouteKind) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{3}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{5}
 }
 
 type MatchType int32
@@ -297,11 +410,11 @@ func (x MatchType) String() string {
 }
 
 func (MatchType) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[4].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[6].Descriptor()
 }
 
 func (MatchType) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[4]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[6]
 }
 
 func (x MatchType) Number() protoreflect.EnumNumber {
@@ -310,7 +423,7 @@ func (x MatchType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MatchType.Descriptor instead.
 func (MatchType) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{4}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{6}
 }
 
 type LBPolicy int32
@@ -361,11 +474,11 @@ func (x LBPolicy) String() string {
 }
 
 func (LBPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[5].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[7].Descriptor()
 }
 
 func (LBPolicy) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[5]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[7]
 }
 
 func (x LBPolicy) Number() protoreflect.EnumNumber {
@@ -374,7 +487,7 @@ func (x LBPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LBPolicy.Descriptor instead.
 func (LBPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{5}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{7}
 }
 
 type EndpointState int32
@@ -417,11 +530,11 @@ func (x EndpointState) String() string {
 }
 
 func (EndpointState) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[6].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[8].Descriptor()
 }
 
 func (EndpointState) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[6]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[8]
 }
 
 func (x EndpointState) Number() protoreflect.EnumNumber {
@@ -430,7 +543,7 @@ func (x EndpointState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EndpointState.Descriptor instead.
 func (EndpointState) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{6}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{8}
 }
 
 type DataPath int32
@@ -468,11 +581,11 @@ func (x DataPath) String() string {
 }
 
 func (DataPath) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[7].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[9].Descriptor()
 }
 
 func (DataPath) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[7]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[9]
 }
 
 func (x DataPath) Number() protoreflect.EnumNumber {
@@ -481,7 +594,7 @@ func (x DataPath) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DataPath.Descriptor instead.
 func (DataPath) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{7}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{9}
 }
 
 type L4Protocol int32
@@ -517,11 +630,11 @@ func (x L4Protocol) String() string {
 }
 
 func (L4Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[8].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[10].Descriptor()
 }
 
 func (L4Protocol) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[8]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[10]
 }
 
 func (x L4Protocol) Number() protoreflect.EnumNumber {
@@ -530,7 +643,7 @@ func (x L4Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use L4Protocol.Descriptor instead.
 func (L4Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{8}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{10}
 }
 
 type Severity int32
@@ -563,11 +676,11 @@ func (x Severity) String() string {
 }
 
 func (Severity) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[9].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[11].Descriptor()
 }
 
 func (Severity) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[9]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[11]
 }
 
 func (x Severity) Number() protoreflect.EnumNumber {
@@ -576,7 +689,7 @@ func (x Severity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Severity.Descriptor instead.
 func (Severity) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{9}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{11}
 }
 
 type ConfigSnapshot struct {
@@ -821,7 +934,10 @@ type VIP struct {
 	// Addresses without prefix length, IPv4 first.
 	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	// Ports the VIP accepts; empty means any.
-	Ports         []uint32 `protobuf:"varint,4,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	Ports []uint32 `protobuf:"varint,4,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// Forwarding of the VIP's fast-path flows, with defaults resolved. Always
+	// set.
+	Forwarding    *Forwarding `protobuf:"bytes,5,opt,name=forwarding,proto3" json:"forwarding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -884,6 +1000,88 @@ func (x *VIP) GetPorts() []uint32 {
 	return nil
 }
 
+func (x *VIP) GetForwarding() *Forwarding {
+	if x != nil {
+		return x.Forwarding
+	}
+	return nil
+}
+
+// Forwarding is how the XDP fast path hands a flow to its backend, with
+// defaults resolved: mode is never UNSPECIFIED; encapsulation is set only
+// for DSR; gue_port only for GUE.
+type Forwarding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  ForwardingMode         `protobuf:"varint,1,opt,name=mode,proto3,enum=novaedge.v1.ForwardingMode" json:"mode,omitempty"`
+	// NAT only: translate the destination alone and keep the client's source
+	// address (the backends' replies must route back through the node).
+	// False: SNAT to the node's address.
+	PreserveClientIp bool          `protobuf:"varint,2,opt,name=preserve_client_ip,json=preserveClientIp,proto3" json:"preserve_client_ip,omitempty"`
+	Encapsulation    Encapsulation `protobuf:"varint,3,opt,name=encapsulation,proto3,enum=novaedge.v1.Encapsulation" json:"encapsulation,omitempty"`
+	// UDP destination port of GUE packets (6080 unless configured).
+	GuePort       uint32 `protobuf:"varint,4,opt,name=gue_port,json=guePort,proto3" json:"gue_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forwarding) Reset() {
+	*x = Forwarding{}
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forwarding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forwarding) ProtoMessage() {}
+
+func (x *Forwarding) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forwarding.ProtoReflect.Descriptor instead.
+func (*Forwarding) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Forwarding) GetMode() ForwardingMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ForwardingMode_FORWARDING_MODE_UNSPECIFIED
+}
+
+func (x *Forwarding) GetPreserveClientIp() bool {
+	if x != nil {
+		return x.PreserveClientIp
+	}
+	return false
+}
+
+func (x *Forwarding) GetEncapsulation() Encapsulation {
+	if x != nil {
+		return x.Encapsulation
+	}
+	return Encapsulation_ENCAPSULATION_UNSPECIFIED
+}
+
+func (x *Forwarding) GetGuePort() uint32 {
+	if x != nil {
+		return x.GuePort
+	}
+	return 0
+}
+
 // VIPAssignment is one VIP this node serves, with resolved announcement
 // settings (secrets included: the node part is sent only to its node).
 type VIPAssignment struct {
@@ -905,7 +1103,7 @@ type VIPAssignment struct {
 
 func (x *VIPAssignment) Reset() {
 	*x = VIPAssignment{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[4]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1115,7 @@ func (x *VIPAssignment) String() string {
 func (*VIPAssignment) ProtoMessage() {}
 
 func (x *VIPAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[4]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1128,7 @@ func (x *VIPAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPAssignment.ProtoReflect.Descriptor instead.
 func (*VIPAssignment) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{4}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VIPAssignment) GetVip() string {
@@ -1023,7 +1221,7 @@ type BGPAnnouncement struct {
 
 func (x *BGPAnnouncement) Reset() {
 	*x = BGPAnnouncement{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[5]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1233,7 @@ func (x *BGPAnnouncement) String() string {
 func (*BGPAnnouncement) ProtoMessage() {}
 
 func (x *BGPAnnouncement) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[5]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1246,7 @@ func (x *BGPAnnouncement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BGPAnnouncement.ProtoReflect.Descriptor instead.
 func (*BGPAnnouncement) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{5}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BGPAnnouncement) GetLocalAs() uint32 {
@@ -1130,7 +1328,7 @@ type BGPPeer struct {
 
 func (x *BGPPeer) Reset() {
 	*x = BGPPeer{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[6]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1340,7 @@ func (x *BGPPeer) String() string {
 func (*BGPPeer) ProtoMessage() {}
 
 func (x *BGPPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[6]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1353,7 @@ func (x *BGPPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BGPPeer.ProtoReflect.Descriptor instead.
 func (*BGPPeer) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{6}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BGPPeer) GetAddress() string {
@@ -1232,7 +1430,7 @@ type OSPFAnnouncement struct {
 
 func (x *OSPFAnnouncement) Reset() {
 	*x = OSPFAnnouncement{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[7]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1442,7 @@ func (x *OSPFAnnouncement) String() string {
 func (*OSPFAnnouncement) ProtoMessage() {}
 
 func (x *OSPFAnnouncement) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[7]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1455,7 @@ func (x *OSPFAnnouncement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OSPFAnnouncement.ProtoReflect.Descriptor instead.
 func (*OSPFAnnouncement) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{7}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OSPFAnnouncement) GetRouterId() string {
@@ -1336,7 +1534,7 @@ type BFD struct {
 
 func (x *BFD) Reset() {
 	*x = BFD{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[8]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1546,7 @@ func (x *BFD) String() string {
 func (*BFD) ProtoMessage() {}
 
 func (x *BFD) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[8]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1559,7 @@ func (x *BFD) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BFD.ProtoReflect.Descriptor instead.
 func (*BFD) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{8}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BFD) GetEnabled() bool {
@@ -1426,7 +1624,7 @@ type Listener struct {
 
 func (x *Listener) Reset() {
 	*x = Listener{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[9]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1636,7 @@ func (x *Listener) String() string {
 func (*Listener) ProtoMessage() {}
 
 func (x *Listener) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[9]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1649,7 @@ func (x *Listener) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Listener.ProtoReflect.Descriptor instead.
 func (*Listener) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{9}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Listener) GetName() string {
@@ -1558,7 +1756,7 @@ type ListenerTLS struct {
 
 func (x *ListenerTLS) Reset() {
 	*x = ListenerTLS{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[10]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1768,7 @@ func (x *ListenerTLS) String() string {
 func (*ListenerTLS) ProtoMessage() {}
 
 func (x *ListenerTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[10]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1781,7 @@ func (x *ListenerTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerTLS.ProtoReflect.Descriptor instead.
 func (*ListenerTLS) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{10}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListenerTLS) GetPassthrough() bool {
@@ -1653,7 +1851,7 @@ type RedirectScheme struct {
 
 func (x *RedirectScheme) Reset() {
 	*x = RedirectScheme{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[11]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1863,7 @@ func (x *RedirectScheme) String() string {
 func (*RedirectScheme) ProtoMessage() {}
 
 func (x *RedirectScheme) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[11]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1876,7 @@ func (x *RedirectScheme) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedirectScheme.ProtoReflect.Descriptor instead.
 func (*RedirectScheme) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{11}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RedirectScheme) GetScheme() string {
@@ -1713,7 +1911,7 @@ type Compression struct {
 
 func (x *Compression) Reset() {
 	*x = Compression{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[12]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1923,7 @@ func (x *Compression) String() string {
 func (*Compression) ProtoMessage() {}
 
 func (x *Compression) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[12]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1936,7 @@ func (x *Compression) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compression.ProtoReflect.Descriptor instead.
 func (*Compression) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{12}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Compression) GetAlgorithms() []string {
@@ -1782,7 +1980,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[13]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1992,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[13]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2005,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{13}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Route) GetName() string {
@@ -1868,7 +2066,7 @@ type RouteRule struct {
 
 func (x *RouteRule) Reset() {
 	*x = RouteRule{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[14]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2078,7 @@ func (x *RouteRule) String() string {
 func (*RouteRule) ProtoMessage() {}
 
 func (x *RouteRule) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[14]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2091,7 @@ func (x *RouteRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRule.ProtoReflect.Descriptor instead.
 func (*RouteRule) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{14}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteRule) GetName() string {
@@ -1956,7 +2154,7 @@ type StringMatch struct {
 
 func (x *StringMatch) Reset() {
 	*x = StringMatch{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[15]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2166,7 @@ func (x *StringMatch) String() string {
 func (*StringMatch) ProtoMessage() {}
 
 func (x *StringMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[15]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2179,7 @@ func (x *StringMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringMatch.ProtoReflect.Descriptor instead.
 func (*StringMatch) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{15}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StringMatch) GetType() MatchType {
@@ -2018,7 +2216,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[16]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2228,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[16]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2241,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{16}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteMatch) GetPath() *StringMatch {
@@ -2084,7 +2282,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[17]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2294,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[17]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2307,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{17}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -2137,7 +2335,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[18]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2347,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[18]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2360,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{18}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -2197,7 +2395,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[19]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2407,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[19]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2420,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{19}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PathModifier) GetType() string {
@@ -2249,7 +2447,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[20]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2459,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[20]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2472,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{20}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2304,7 +2502,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[21]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2514,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[21]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2527,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{21}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2377,7 +2575,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[22]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2587,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[22]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2600,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{22}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RequestMirror) GetBackend() string {
@@ -2435,7 +2633,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[23]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2645,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[23]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2658,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{23}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RouteFilter) GetFilter() isRouteFilter_Filter {
@@ -2560,7 +2758,7 @@ type WeightedBackend struct {
 
 func (x *WeightedBackend) Reset() {
 	*x = WeightedBackend{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[24]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2770,7 @@ func (x *WeightedBackend) String() string {
 func (*WeightedBackend) ProtoMessage() {}
 
 func (x *WeightedBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[24]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2783,7 @@ func (x *WeightedBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedBackend.ProtoReflect.Descriptor instead.
 func (*WeightedBackend) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{24}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WeightedBackend) GetBackend() string {
@@ -2617,7 +2815,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[25]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2827,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[25]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2840,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{25}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryPolicy) GetMaxRetries() uint32 {
@@ -2705,7 +2903,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[26]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2915,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[26]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2928,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{26}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RouteTimeouts) GetRequestMs() uint32 {
@@ -2777,7 +2975,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[27]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +2987,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[27]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +3000,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{27}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Backend) GetName() string {
@@ -2895,7 +3093,7 @@ type HashPolicy struct {
 
 func (x *HashPolicy) Reset() {
 	*x = HashPolicy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[28]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3105,7 @@ func (x *HashPolicy) String() string {
 func (*HashPolicy) ProtoMessage() {}
 
 func (x *HashPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[28]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3118,7 @@ func (x *HashPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HashPolicy.ProtoReflect.Descriptor instead.
 func (*HashPolicy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{28}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HashPolicy) GetHeader() string {
@@ -2971,7 +3169,7 @@ type BackendTLS struct {
 
 func (x *BackendTLS) Reset() {
 	*x = BackendTLS{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[29]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3181,7 @@ func (x *BackendTLS) String() string {
 func (*BackendTLS) ProtoMessage() {}
 
 func (x *BackendTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[29]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3194,7 @@ func (x *BackendTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendTLS.ProtoReflect.Descriptor instead.
 func (*BackendTLS) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{29}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BackendTLS) GetServerName() string {
@@ -3042,7 +3240,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[30]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3252,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[30]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3265,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{30}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -3131,7 +3329,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[31]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3341,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[31]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3354,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{31}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HealthCheck) GetType() string {
@@ -3244,7 +3442,7 @@ type CircuitBreaker struct {
 
 func (x *CircuitBreaker) Reset() {
 	*x = CircuitBreaker{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[32]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3454,7 @@ func (x *CircuitBreaker) String() string {
 func (*CircuitBreaker) ProtoMessage() {}
 
 func (x *CircuitBreaker) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[32]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3467,7 @@ func (x *CircuitBreaker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CircuitBreaker.ProtoReflect.Descriptor instead.
 func (*CircuitBreaker) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{32}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CircuitBreaker) GetConsecutiveFailures() uint32 {
@@ -3338,7 +3536,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[33]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3548,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[33]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3561,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{33}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Policy) GetName() string {
@@ -3456,7 +3654,7 @@ type RateLimitPolicy struct {
 
 func (x *RateLimitPolicy) Reset() {
 	*x = RateLimitPolicy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[34]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3666,7 @@ func (x *RateLimitPolicy) String() string {
 func (*RateLimitPolicy) ProtoMessage() {}
 
 func (x *RateLimitPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[34]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3679,7 @@ func (x *RateLimitPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimitPolicy.ProtoReflect.Descriptor instead.
 func (*RateLimitPolicy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{34}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RateLimitPolicy) GetRequestsPerSecond() uint32 {
@@ -3527,7 +3725,7 @@ type JWTPolicy struct {
 
 func (x *JWTPolicy) Reset() {
 	*x = JWTPolicy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[35]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3737,7 @@ func (x *JWTPolicy) String() string {
 func (*JWTPolicy) ProtoMessage() {}
 
 func (x *JWTPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[35]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3750,7 @@ func (x *JWTPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JWTPolicy.ProtoReflect.Descriptor instead.
 func (*JWTPolicy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{35}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JWTPolicy) GetIssuer() string {
@@ -3611,7 +3809,7 @@ type CORSPolicy struct {
 
 func (x *CORSPolicy) Reset() {
 	*x = CORSPolicy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[36]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3821,7 @@ func (x *CORSPolicy) String() string {
 func (*CORSPolicy) ProtoMessage() {}
 
 func (x *CORSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[36]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3834,7 @@ func (x *CORSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CORSPolicy.ProtoReflect.Descriptor instead.
 func (*CORSPolicy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{36}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CORSPolicy) GetAllowOrigins() []string {
@@ -3691,7 +3889,7 @@ type IPFilterPolicy struct {
 
 func (x *IPFilterPolicy) Reset() {
 	*x = IPFilterPolicy{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[37]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3703,7 +3901,7 @@ func (x *IPFilterPolicy) String() string {
 func (*IPFilterPolicy) ProtoMessage() {}
 
 func (x *IPFilterPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[37]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3716,7 +3914,7 @@ func (x *IPFilterPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IPFilterPolicy.ProtoReflect.Descriptor instead.
 func (*IPFilterPolicy) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{37}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *IPFilterPolicy) GetAllow() []string {
@@ -3751,7 +3949,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[38]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +3961,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[38]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +3974,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{38}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Certificate) GetName() string {
@@ -3828,14 +4026,16 @@ type PlanEntry struct {
 	// Table input for FAST: endpoints of every backend with weights scaled by
 	// the rule's backend weights; sorted by address, port. Only HEALTHY
 	// endpoints get Maglev slots; DRAINING keep conntrack entries.
-	Endpoints     []*Endpoint `protobuf:"bytes,8,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Endpoints []*Endpoint `protobuf:"bytes,8,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// Forwarding for FAST: the VIP's, with defaults resolved. Unset for SLOW.
+	Forwarding    *Forwarding `protobuf:"bytes,9,opt,name=forwarding,proto3" json:"forwarding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanEntry) Reset() {
 	*x = PlanEntry{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[39]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3847,7 +4047,7 @@ func (x *PlanEntry) String() string {
 func (*PlanEntry) ProtoMessage() {}
 
 func (x *PlanEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[39]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3860,7 +4060,7 @@ func (x *PlanEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanEntry.ProtoReflect.Descriptor instead.
 func (*PlanEntry) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{39}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PlanEntry) GetVip() string {
@@ -3919,6 +4119,13 @@ func (x *PlanEntry) GetEndpoints() []*Endpoint {
 	return nil
 }
 
+func (x *PlanEntry) GetForwarding() *Forwarding {
+	if x != nil {
+		return x.Forwarding
+	}
+	return nil
+}
+
 type Diagnostic struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Severity      Severity               `protobuf:"varint,1,opt,name=severity,proto3,enum=novaedge.v1.Severity" json:"severity,omitempty"`
@@ -3935,7 +4142,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[40]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3947,7 +4154,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[40]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3960,7 +4167,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{40}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Diagnostic) GetSeverity() Severity {
@@ -4041,12 +4248,21 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\n" +
 	"NodeConfig\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12.\n" +
-	"\x04vips\x18\x02 \x03(\v2\x1a.novaedge.v1.VIPAssignmentR\x04vips\"w\n" +
+	"\x04vips\x18\x02 \x03(\v2\x1a.novaedge.v1.VIPAssignmentR\x04vips\"\xb0\x01\n" +
 	"\x03VIP\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.novaedge.v1.VIPModeR\x04mode\x12\x1c\n" +
 	"\taddresses\x18\x03 \x03(\tR\taddresses\x12\x14\n" +
-	"\x05ports\x18\x04 \x03(\rR\x05ports\"\x80\x03\n" +
+	"\x05ports\x18\x04 \x03(\rR\x05ports\x127\n" +
+	"\n" +
+	"forwarding\x18\x05 \x01(\v2\x17.novaedge.v1.ForwardingR\n" +
+	"forwarding\"\xc8\x01\n" +
+	"\n" +
+	"Forwarding\x12/\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1b.novaedge.v1.ForwardingModeR\x04mode\x12,\n" +
+	"\x12preserve_client_ip\x18\x02 \x01(\bR\x10preserveClientIp\x12@\n" +
+	"\rencapsulation\x18\x03 \x01(\x0e2\x1a.novaedge.v1.EncapsulationR\rencapsulation\x12\x19\n" +
+	"\bgue_port\x18\x04 \x01(\rR\aguePort\"\x80\x03\n" +
 	"\rVIPAssignment\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.novaedge.v1.VIPModeR\x04mode\x12(\n" +
@@ -4306,7 +4522,7 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\bcert_pem\x18\x02 \x01(\fR\acertPem\x12\x17\n" +
 	"\akey_pem\x18\x03 \x01(\fR\x06keyPem\x12\x1b\n" +
 	"\tdns_names\x18\x04 \x03(\tR\bdnsNames\x12\x1b\n" +
-	"\tnot_after\x18\x05 \x01(\x03R\bnotAfter\"\x96\x02\n" +
+	"\tnot_after\x18\x05 \x01(\x03R\bnotAfter\"\xcf\x02\n" +
 	"\tPlanEntry\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -4315,7 +4531,10 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\x04path\x18\x05 \x01(\x0e2\x15.novaedge.v1.DataPathR\x04path\x12\x18\n" +
 	"\areasons\x18\x06 \x03(\tR\areasons\x12\x1a\n" +
 	"\blistener\x18\a \x01(\tR\blistener\x123\n" +
-	"\tendpoints\x18\b \x03(\v2\x15.novaedge.v1.EndpointR\tendpoints\"\xdd\x01\n" +
+	"\tendpoints\x18\b \x03(\v2\x15.novaedge.v1.EndpointR\tendpoints\x127\n" +
+	"\n" +
+	"forwarding\x18\t \x01(\v2\x17.novaedge.v1.ForwardingR\n" +
+	"forwarding\"\xdd\x01\n" +
 	"\n" +
 	"Diagnostic\x121\n" +
 	"\bseverity\x18\x01 \x01(\x0e2\x15.novaedge.v1.SeverityR\bseverity\x12\x12\n" +
@@ -4331,7 +4550,16 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\x0eVIP_MODE_L2ARP\x10\x01\x12\x10\n" +
 	"\fVIP_MODE_BGP\x10\x02\x12\x11\n" +
 	"\rVIP_MODE_OSPF\x10\x03\x12\x12\n" +
-	"\x0eVIP_MODE_LOCAL\x10\x04*e\n" +
+	"\x0eVIP_MODE_LOCAL\x10\x04*c\n" +
+	"\x0eForwardingMode\x12\x1f\n" +
+	"\x1bFORWARDING_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13FORWARDING_MODE_NAT\x10\x01\x12\x17\n" +
+	"\x13FORWARDING_MODE_DSR\x10\x02*s\n" +
+	"\rEncapsulation\x12\x1d\n" +
+	"\x19ENCAPSULATION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ENCAPSULATION_IPIP\x10\x01\x12\x15\n" +
+	"\x11ENCAPSULATION_GUE\x10\x02\x12\x14\n" +
+	"\x10ENCAPSULATION_L2\x10\x03*e\n" +
 	"\aVIPRole\x12\x18\n" +
 	"\x14VIP_ROLE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fVIP_ROLE_ACTIVE\x10\x01\x12\x14\n" +
@@ -4395,125 +4623,132 @@ func file_novaedge_v1_snapshot_proto_rawDescGZIP() []byte {
 	return file_novaedge_v1_snapshot_proto_rawDescData
 }
 
-var file_novaedge_v1_snapshot_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_novaedge_v1_snapshot_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(VIPMode)(0),             // 0: novaedge.v1.VIPMode
-	(VIPRole)(0),             // 1: novaedge.v1.VIPRole
-	(Protocol)(0),            // 2: novaedge.v1.Protocol
-	(RouteKind)(0),           // 3: novaedge.v1.RouteKind
-	(MatchType)(0),           // 4: novaedge.v1.MatchType
-	(LBPolicy)(0),            // 5: novaedge.v1.LBPolicy
-	(EndpointState)(0),       // 6: novaedge.v1.EndpointState
-	(DataPath)(0),            // 7: novaedge.v1.DataPath
-	(L4Protocol)(0),          // 8: novaedge.v1.L4Protocol
-	(Severity)(0),            // 9: novaedge.v1.Severity
-	(*ConfigSnapshot)(nil),   // 10: novaedge.v1.ConfigSnapshot
-	(*ClusterConfig)(nil),    // 11: novaedge.v1.ClusterConfig
-	(*NodeConfig)(nil),       // 12: novaedge.v1.NodeConfig
-	(*VIP)(nil),              // 13: novaedge.v1.VIP
-	(*VIPAssignment)(nil),    // 14: novaedge.v1.VIPAssignment
-	(*BGPAnnouncement)(nil),  // 15: novaedge.v1.BGPAnnouncement
-	(*BGPPeer)(nil),          // 16: novaedge.v1.BGPPeer
-	(*OSPFAnnouncement)(nil), // 17: novaedge.v1.OSPFAnnouncement
-	(*BFD)(nil),              // 18: novaedge.v1.BFD
-	(*Listener)(nil),         // 19: novaedge.v1.Listener
-	(*ListenerTLS)(nil),      // 20: novaedge.v1.ListenerTLS
-	(*RedirectScheme)(nil),   // 21: novaedge.v1.RedirectScheme
-	(*Compression)(nil),      // 22: novaedge.v1.Compression
-	(*Route)(nil),            // 23: novaedge.v1.Route
-	(*RouteRule)(nil),        // 24: novaedge.v1.RouteRule
-	(*StringMatch)(nil),      // 25: novaedge.v1.StringMatch
-	(*RouteMatch)(nil),       // 26: novaedge.v1.RouteMatch
-	(*HeaderValue)(nil),      // 27: novaedge.v1.HeaderValue
-	(*HeaderModifier)(nil),   // 28: novaedge.v1.HeaderModifier
-	(*PathModifier)(nil),     // 29: novaedge.v1.PathModifier
-	(*URLRewrite)(nil),       // 30: novaedge.v1.URLRewrite
-	(*RequestRedirect)(nil),  // 31: novaedge.v1.RequestRedirect
-	(*RequestMirror)(nil),    // 32: novaedge.v1.RequestMirror
-	(*RouteFilter)(nil),      // 33: novaedge.v1.RouteFilter
-	(*WeightedBackend)(nil),  // 34: novaedge.v1.WeightedBackend
-	(*RetryPolicy)(nil),      // 35: novaedge.v1.RetryPolicy
-	(*RouteTimeouts)(nil),    // 36: novaedge.v1.RouteTimeouts
-	(*Backend)(nil),          // 37: novaedge.v1.Backend
-	(*HashPolicy)(nil),       // 38: novaedge.v1.HashPolicy
-	(*BackendTLS)(nil),       // 39: novaedge.v1.BackendTLS
-	(*Endpoint)(nil),         // 40: novaedge.v1.Endpoint
-	(*HealthCheck)(nil),      // 41: novaedge.v1.HealthCheck
-	(*CircuitBreaker)(nil),   // 42: novaedge.v1.CircuitBreaker
-	(*Policy)(nil),           // 43: novaedge.v1.Policy
-	(*RateLimitPolicy)(nil),  // 44: novaedge.v1.RateLimitPolicy
-	(*JWTPolicy)(nil),        // 45: novaedge.v1.JWTPolicy
-	(*CORSPolicy)(nil),       // 46: novaedge.v1.CORSPolicy
-	(*IPFilterPolicy)(nil),   // 47: novaedge.v1.IPFilterPolicy
-	(*Certificate)(nil),      // 48: novaedge.v1.Certificate
-	(*PlanEntry)(nil),        // 49: novaedge.v1.PlanEntry
-	(*Diagnostic)(nil),       // 50: novaedge.v1.Diagnostic
+	(ForwardingMode)(0),      // 1: novaedge.v1.ForwardingMode
+	(Encapsulation)(0),       // 2: novaedge.v1.Encapsulation
+	(VIPRole)(0),             // 3: novaedge.v1.VIPRole
+	(Protocol)(0),            // 4: novaedge.v1.Protocol
+	(RouteKind)(0),           // 5: novaedge.v1.RouteKind
+	(MatchType)(0),           // 6: novaedge.v1.MatchType
+	(LBPolicy)(0),            // 7: novaedge.v1.LBPolicy
+	(EndpointState)(0),       // 8: novaedge.v1.EndpointState
+	(DataPath)(0),            // 9: novaedge.v1.DataPath
+	(L4Protocol)(0),          // 10: novaedge.v1.L4Protocol
+	(Severity)(0),            // 11: novaedge.v1.Severity
+	(*ConfigSnapshot)(nil),   // 12: novaedge.v1.ConfigSnapshot
+	(*ClusterConfig)(nil),    // 13: novaedge.v1.ClusterConfig
+	(*NodeConfig)(nil),       // 14: novaedge.v1.NodeConfig
+	(*VIP)(nil),              // 15: novaedge.v1.VIP
+	(*Forwarding)(nil),       // 16: novaedge.v1.Forwarding
+	(*VIPAssignment)(nil),    // 17: novaedge.v1.VIPAssignment
+	(*BGPAnnouncement)(nil),  // 18: novaedge.v1.BGPAnnouncement
+	(*BGPPeer)(nil),          // 19: novaedge.v1.BGPPeer
+	(*OSPFAnnouncement)(nil), // 20: novaedge.v1.OSPFAnnouncement
+	(*BFD)(nil),              // 21: novaedge.v1.BFD
+	(*Listener)(nil),         // 22: novaedge.v1.Listener
+	(*ListenerTLS)(nil),      // 23: novaedge.v1.ListenerTLS
+	(*RedirectScheme)(nil),   // 24: novaedge.v1.RedirectScheme
+	(*Compression)(nil),      // 25: novaedge.v1.Compression
+	(*Route)(nil),            // 26: novaedge.v1.Route
+	(*RouteRule)(nil),        // 27: novaedge.v1.RouteRule
+	(*StringMatch)(nil),      // 28: novaedge.v1.StringMatch
+	(*RouteMatch)(nil),       // 29: novaedge.v1.RouteMatch
+	(*HeaderValue)(nil),      // 30: novaedge.v1.HeaderValue
+	(*HeaderModifier)(nil),   // 31: novaedge.v1.HeaderModifier
+	(*PathModifier)(nil),     // 32: novaedge.v1.PathModifier
+	(*URLRewrite)(nil),       // 33: novaedge.v1.URLRewrite
+	(*RequestRedirect)(nil),  // 34: novaedge.v1.RequestRedirect
+	(*RequestMirror)(nil),    // 35: novaedge.v1.RequestMirror
+	(*RouteFilter)(nil),      // 36: novaedge.v1.RouteFilter
+	(*WeightedBackend)(nil),  // 37: novaedge.v1.WeightedBackend
+	(*RetryPolicy)(nil),      // 38: novaedge.v1.RetryPolicy
+	(*RouteTimeouts)(nil),    // 39: novaedge.v1.RouteTimeouts
+	(*Backend)(nil),          // 40: novaedge.v1.Backend
+	(*HashPolicy)(nil),       // 41: novaedge.v1.HashPolicy
+	(*BackendTLS)(nil),       // 42: novaedge.v1.BackendTLS
+	(*Endpoint)(nil),         // 43: novaedge.v1.Endpoint
+	(*HealthCheck)(nil),      // 44: novaedge.v1.HealthCheck
+	(*CircuitBreaker)(nil),   // 45: novaedge.v1.CircuitBreaker
+	(*Policy)(nil),           // 46: novaedge.v1.Policy
+	(*RateLimitPolicy)(nil),  // 47: novaedge.v1.RateLimitPolicy
+	(*JWTPolicy)(nil),        // 48: novaedge.v1.JWTPolicy
+	(*CORSPolicy)(nil),       // 49: novaedge.v1.CORSPolicy
+	(*IPFilterPolicy)(nil),   // 50: novaedge.v1.IPFilterPolicy
+	(*Certificate)(nil),      // 51: novaedge.v1.Certificate
+	(*PlanEntry)(nil),        // 52: novaedge.v1.PlanEntry
+	(*Diagnostic)(nil),       // 53: novaedge.v1.Diagnostic
 }
 var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
-	11, // 0: novaedge.v1.ConfigSnapshot.cluster:type_name -> novaedge.v1.ClusterConfig
-	12, // 1: novaedge.v1.ConfigSnapshot.node:type_name -> novaedge.v1.NodeConfig
-	50, // 2: novaedge.v1.ConfigSnapshot.diagnostics:type_name -> novaedge.v1.Diagnostic
-	13, // 3: novaedge.v1.ClusterConfig.vips:type_name -> novaedge.v1.VIP
-	19, // 4: novaedge.v1.ClusterConfig.listeners:type_name -> novaedge.v1.Listener
-	23, // 5: novaedge.v1.ClusterConfig.routes:type_name -> novaedge.v1.Route
-	37, // 6: novaedge.v1.ClusterConfig.backends:type_name -> novaedge.v1.Backend
-	43, // 7: novaedge.v1.ClusterConfig.policies:type_name -> novaedge.v1.Policy
-	48, // 8: novaedge.v1.ClusterConfig.certificates:type_name -> novaedge.v1.Certificate
-	49, // 9: novaedge.v1.ClusterConfig.plan:type_name -> novaedge.v1.PlanEntry
-	14, // 10: novaedge.v1.NodeConfig.vips:type_name -> novaedge.v1.VIPAssignment
+	13, // 0: novaedge.v1.ConfigSnapshot.cluster:type_name -> novaedge.v1.ClusterConfig
+	14, // 1: novaedge.v1.ConfigSnapshot.node:type_name -> novaedge.v1.NodeConfig
+	53, // 2: novaedge.v1.ConfigSnapshot.diagnostics:type_name -> novaedge.v1.Diagnostic
+	15, // 3: novaedge.v1.ClusterConfig.vips:type_name -> novaedge.v1.VIP
+	22, // 4: novaedge.v1.ClusterConfig.listeners:type_name -> novaedge.v1.Listener
+	26, // 5: novaedge.v1.ClusterConfig.routes:type_name -> novaedge.v1.Route
+	40, // 6: novaedge.v1.ClusterConfig.backends:type_name -> novaedge.v1.Backend
+	46, // 7: novaedge.v1.ClusterConfig.policies:type_name -> novaedge.v1.Policy
+	51, // 8: novaedge.v1.ClusterConfig.certificates:type_name -> novaedge.v1.Certificate
+	52, // 9: novaedge.v1.ClusterConfig.plan:type_name -> novaedge.v1.PlanEntry
+	17, // 10: novaedge.v1.NodeConfig.vips:type_name -> novaedge.v1.VIPAssignment
 	0,  // 11: novaedge.v1.VIP.mode:type_name -> novaedge.v1.VIPMode
-	0,  // 12: novaedge.v1.VIPAssignment.mode:type_name -> novaedge.v1.VIPMode
-	1,  // 13: novaedge.v1.VIPAssignment.role:type_name -> novaedge.v1.VIPRole
-	15, // 14: novaedge.v1.VIPAssignment.bgp:type_name -> novaedge.v1.BGPAnnouncement
-	17, // 15: novaedge.v1.VIPAssignment.ospf:type_name -> novaedge.v1.OSPFAnnouncement
-	18, // 16: novaedge.v1.VIPAssignment.bfd:type_name -> novaedge.v1.BFD
-	16, // 17: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
-	2,  // 18: novaedge.v1.Listener.protocol:type_name -> novaedge.v1.Protocol
-	20, // 19: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
-	21, // 20: novaedge.v1.Listener.redirect_scheme:type_name -> novaedge.v1.RedirectScheme
-	22, // 21: novaedge.v1.Listener.compression:type_name -> novaedge.v1.Compression
-	3,  // 22: novaedge.v1.Route.kind:type_name -> novaedge.v1.RouteKind
-	24, // 23: novaedge.v1.Route.rules:type_name -> novaedge.v1.RouteRule
-	26, // 24: novaedge.v1.RouteRule.matches:type_name -> novaedge.v1.RouteMatch
-	33, // 25: novaedge.v1.RouteRule.filters:type_name -> novaedge.v1.RouteFilter
-	34, // 26: novaedge.v1.RouteRule.backends:type_name -> novaedge.v1.WeightedBackend
-	35, // 27: novaedge.v1.RouteRule.retry:type_name -> novaedge.v1.RetryPolicy
-	36, // 28: novaedge.v1.RouteRule.timeouts:type_name -> novaedge.v1.RouteTimeouts
-	4,  // 29: novaedge.v1.StringMatch.type:type_name -> novaedge.v1.MatchType
-	25, // 30: novaedge.v1.RouteMatch.path:type_name -> novaedge.v1.StringMatch
-	25, // 31: novaedge.v1.RouteMatch.headers:type_name -> novaedge.v1.StringMatch
-	25, // 32: novaedge.v1.RouteMatch.query_params:type_name -> novaedge.v1.StringMatch
-	27, // 33: novaedge.v1.HeaderModifier.set:type_name -> novaedge.v1.HeaderValue
-	27, // 34: novaedge.v1.HeaderModifier.add:type_name -> novaedge.v1.HeaderValue
-	29, // 35: novaedge.v1.URLRewrite.path:type_name -> novaedge.v1.PathModifier
-	29, // 36: novaedge.v1.RequestRedirect.path:type_name -> novaedge.v1.PathModifier
-	28, // 37: novaedge.v1.RouteFilter.request_header_modifier:type_name -> novaedge.v1.HeaderModifier
-	28, // 38: novaedge.v1.RouteFilter.response_header_modifier:type_name -> novaedge.v1.HeaderModifier
-	30, // 39: novaedge.v1.RouteFilter.url_rewrite:type_name -> novaedge.v1.URLRewrite
-	31, // 40: novaedge.v1.RouteFilter.request_redirect:type_name -> novaedge.v1.RequestRedirect
-	32, // 41: novaedge.v1.RouteFilter.request_mirror:type_name -> novaedge.v1.RequestMirror
-	5,  // 42: novaedge.v1.Backend.lb_policy:type_name -> novaedge.v1.LBPolicy
-	38, // 43: novaedge.v1.Backend.hash_policy:type_name -> novaedge.v1.HashPolicy
-	39, // 44: novaedge.v1.Backend.tls:type_name -> novaedge.v1.BackendTLS
-	40, // 45: novaedge.v1.Backend.endpoints:type_name -> novaedge.v1.Endpoint
-	41, // 46: novaedge.v1.Backend.health_check:type_name -> novaedge.v1.HealthCheck
-	42, // 47: novaedge.v1.Backend.circuit_breaker:type_name -> novaedge.v1.CircuitBreaker
-	6,  // 48: novaedge.v1.Endpoint.state:type_name -> novaedge.v1.EndpointState
-	44, // 49: novaedge.v1.Policy.rate_limit:type_name -> novaedge.v1.RateLimitPolicy
-	45, // 50: novaedge.v1.Policy.jwt:type_name -> novaedge.v1.JWTPolicy
-	46, // 51: novaedge.v1.Policy.cors:type_name -> novaedge.v1.CORSPolicy
-	47, // 52: novaedge.v1.Policy.ip_filter:type_name -> novaedge.v1.IPFilterPolicy
-	27, // 53: novaedge.v1.JWTPolicy.forward_claims:type_name -> novaedge.v1.HeaderValue
-	8,  // 54: novaedge.v1.PlanEntry.protocol:type_name -> novaedge.v1.L4Protocol
-	7,  // 55: novaedge.v1.PlanEntry.path:type_name -> novaedge.v1.DataPath
-	40, // 56: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
-	9,  // 57: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
-	58, // [58:58] is the sub-list for method output_type
-	58, // [58:58] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	16, // 12: novaedge.v1.VIP.forwarding:type_name -> novaedge.v1.Forwarding
+	1,  // 13: novaedge.v1.Forwarding.mode:type_name -> novaedge.v1.ForwardingMode
+	2,  // 14: novaedge.v1.Forwarding.encapsulation:type_name -> novaedge.v1.Encapsulation
+	0,  // 15: novaedge.v1.VIPAssignment.mode:type_name -> novaedge.v1.VIPMode
+	3,  // 16: novaedge.v1.VIPAssignment.role:type_name -> novaedge.v1.VIPRole
+	18, // 17: novaedge.v1.VIPAssignment.bgp:type_name -> novaedge.v1.BGPAnnouncement
+	20, // 18: novaedge.v1.VIPAssignment.ospf:type_name -> novaedge.v1.OSPFAnnouncement
+	21, // 19: novaedge.v1.VIPAssignment.bfd:type_name -> novaedge.v1.BFD
+	19, // 20: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
+	4,  // 21: novaedge.v1.Listener.protocol:type_name -> novaedge.v1.Protocol
+	23, // 22: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
+	24, // 23: novaedge.v1.Listener.redirect_scheme:type_name -> novaedge.v1.RedirectScheme
+	25, // 24: novaedge.v1.Listener.compression:type_name -> novaedge.v1.Compression
+	5,  // 25: novaedge.v1.Route.kind:type_name -> novaedge.v1.RouteKind
+	27, // 26: novaedge.v1.Route.rules:type_name -> novaedge.v1.RouteRule
+	29, // 27: novaedge.v1.RouteRule.matches:type_name -> novaedge.v1.RouteMatch
+	36, // 28: novaedge.v1.RouteRule.filters:type_name -> novaedge.v1.RouteFilter
+	37, // 29: novaedge.v1.RouteRule.backends:type_name -> novaedge.v1.WeightedBackend
+	38, // 30: novaedge.v1.RouteRule.retry:type_name -> novaedge.v1.RetryPolicy
+	39, // 31: novaedge.v1.RouteRule.timeouts:type_name -> novaedge.v1.RouteTimeouts
+	6,  // 32: novaedge.v1.StringMatch.type:type_name -> novaedge.v1.MatchType
+	28, // 33: novaedge.v1.RouteMatch.path:type_name -> novaedge.v1.StringMatch
+	28, // 34: novaedge.v1.RouteMatch.headers:type_name -> novaedge.v1.StringMatch
+	28, // 35: novaedge.v1.RouteMatch.query_params:type_name -> novaedge.v1.StringMatch
+	30, // 36: novaedge.v1.HeaderModifier.set:type_name -> novaedge.v1.HeaderValue
+	30, // 37: novaedge.v1.HeaderModifier.add:type_name -> novaedge.v1.HeaderValue
+	32, // 38: novaedge.v1.URLRewrite.path:type_name -> novaedge.v1.PathModifier
+	32, // 39: novaedge.v1.RequestRedirect.path:type_name -> novaedge.v1.PathModifier
+	31, // 40: novaedge.v1.RouteFilter.request_header_modifier:type_name -> novaedge.v1.HeaderModifier
+	31, // 41: novaedge.v1.RouteFilter.response_header_modifier:type_name -> novaedge.v1.HeaderModifier
+	33, // 42: novaedge.v1.RouteFilter.url_rewrite:type_name -> novaedge.v1.URLRewrite
+	34, // 43: novaedge.v1.RouteFilter.request_redirect:type_name -> novaedge.v1.RequestRedirect
+	35, // 44: novaedge.v1.RouteFilter.request_mirror:type_name -> novaedge.v1.RequestMirror
+	7,  // 45: novaedge.v1.Backend.lb_policy:type_name -> novaedge.v1.LBPolicy
+	41, // 46: novaedge.v1.Backend.hash_policy:type_name -> novaedge.v1.HashPolicy
+	42, // 47: novaedge.v1.Backend.tls:type_name -> novaedge.v1.BackendTLS
+	43, // 48: novaedge.v1.Backend.endpoints:type_name -> novaedge.v1.Endpoint
+	44, // 49: novaedge.v1.Backend.health_check:type_name -> novaedge.v1.HealthCheck
+	45, // 50: novaedge.v1.Backend.circuit_breaker:type_name -> novaedge.v1.CircuitBreaker
+	8,  // 51: novaedge.v1.Endpoint.state:type_name -> novaedge.v1.EndpointState
+	47, // 52: novaedge.v1.Policy.rate_limit:type_name -> novaedge.v1.RateLimitPolicy
+	48, // 53: novaedge.v1.Policy.jwt:type_name -> novaedge.v1.JWTPolicy
+	49, // 54: novaedge.v1.Policy.cors:type_name -> novaedge.v1.CORSPolicy
+	50, // 55: novaedge.v1.Policy.ip_filter:type_name -> novaedge.v1.IPFilterPolicy
+	30, // 56: novaedge.v1.JWTPolicy.forward_claims:type_name -> novaedge.v1.HeaderValue
+	10, // 57: novaedge.v1.PlanEntry.protocol:type_name -> novaedge.v1.L4Protocol
+	9,  // 58: novaedge.v1.PlanEntry.path:type_name -> novaedge.v1.DataPath
+	43, // 59: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
+	16, // 60: novaedge.v1.PlanEntry.forwarding:type_name -> novaedge.v1.Forwarding
+	11, // 61: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_novaedge_v1_snapshot_proto_init() }
@@ -4521,14 +4756,14 @@ func file_novaedge_v1_snapshot_proto_init() {
 	if File_novaedge_v1_snapshot_proto != nil {
 		return
 	}
-	file_novaedge_v1_snapshot_proto_msgTypes[23].OneofWrappers = []any{
+	file_novaedge_v1_snapshot_proto_msgTypes[24].OneofWrappers = []any{
 		(*RouteFilter_RequestHeaderModifier)(nil),
 		(*RouteFilter_ResponseHeaderModifier)(nil),
 		(*RouteFilter_UrlRewrite)(nil),
 		(*RouteFilter_RequestRedirect)(nil),
 		(*RouteFilter_RequestMirror)(nil),
 	}
-	file_novaedge_v1_snapshot_proto_msgTypes[33].OneofWrappers = []any{
+	file_novaedge_v1_snapshot_proto_msgTypes[34].OneofWrappers = []any{
 		(*Policy_RateLimit)(nil),
 		(*Policy_Jwt)(nil),
 		(*Policy_Cors)(nil),
@@ -4539,8 +4774,8 @@ func file_novaedge_v1_snapshot_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_novaedge_v1_snapshot_proto_rawDesc), len(file_novaedge_v1_snapshot_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   41,
+			NumEnums:      12,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
