@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 	"github.com/novaedge/novaedge/agent"
 	"github.com/novaedge/novaedge/cli"
 	"github.com/novaedge/novaedge/deploy/examples"
+	"github.com/novaedge/novaedge/fastpath"
+	"github.com/novaedge/novaedge/fastpath/attach"
+	"github.com/novaedge/novaedge/fastpath/datapath"
 	"github.com/novaedge/novaedge/kernel"
 	"github.com/novaedge/novaedge/slowpath"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -49,6 +53,12 @@ type flags struct {
 	bindLocalVIPs bool
 	handoffSocket string
 	pprof         bool
+	fastpath      string
+	interfaces    []string
+	xdpMode       string
+	bpfRoot       string
+	natPorts      string
+	lineage       bool
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -64,9 +74,9 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "NovaEdge node agent: VIPs, the XDP fast path and the L7 slow path on this node",
 		Long: `novaedge-agent runs on every node. It receives configuration snapshots, checks
 and compiles them, and switches the node's data planes to them as a whole:
-Local VIP addresses and the Go proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and
-TLS listeners) now; the XDP fast path and VIP announcement (ARP/NDP, BGP,
-OSPF) as they land.
+Local VIP addresses, the XDP fast path (L4 balancing in the kernel) and the Go
+proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and TLS listeners) now; VIP
+announcement (ARP/NDP, BGP, OSPF) as it lands.
 
 Standalone mode (--standalone) needs no Kubernetes: the agent reads YAML files
 of the NovaEdge kinds (--config, a file or a directory of *.yaml/*.yml; without
@@ -78,9 +88,14 @@ configuration with errors is replaced by the last good one kept in
 --state-dir for the same files and node; without one, the resources without
 errors are served.
 
+The XDP fast path (--fastpath) balances the plan's FAST TCP and UDP entries
+in the kernel on the --interface interfaces; its programs, maps and links are
+pinned under --bpf-root and adopted by the next agent, so flows keep their
+backends across restarts and upgrades.
+
 On SIGTERM or SIGINT the agent stops its servers and exits, leaving VIP
-addresses (and, later, BPF programs) in place so a restart does not drop
-traffic.
+addresses and the XDP program in place so a restart does not drop traffic;
+"novaedgectl fastpath uninstall" removes the fast path.
 
 Connecting to a controller (without --standalone) is not implemented in this
 build.`,
@@ -109,6 +124,12 @@ build.`,
 	fl.BoolVar(&f.watch, "watch", true, "re-read the configuration files when they change (SIGHUP and novaedgectl reload work either way)")
 	fl.StringVar(&f.handoffSocket, "handoff-socket", "/run/novaedge/handoff.sock", "Unix socket for restarts without a refused connection: a starting agent takes the listening sockets of the running one here, and the running one then drains and exits; empty: no handoff")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (for performance investigations; do not expose)")
+	fl.StringVar(&f.fastpath, "fastpath", "auto", "the XDP fast path: on (fail when it cannot run), auto (run it when the kernel can, else warn and serve everything from the slow path) or off")
+	fl.StringArrayVar(&f.interfaces, "interface", nil, "interface to attach the XDP fast path to; repeatable; VLAN and bond devices resolve to their parent and slaves; empty: the interface of the default route")
+	fl.StringVar(&f.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (native, falling back to generic), native or generic")
+	fl.StringVar(&f.bpfRoot, "bpf-root", fastpath.DefaultPinRoot, "where the fast path's programs, maps and links are pinned (on a bpffs); they stay there across agent restarts")
+	fl.StringVar(&f.natPorts, "nat-port-range", fmt.Sprintf("%d-%d", fastpath.DefaultNATPortMin, fastpath.DefaultNATPortMax), "source ports for the fast path's SNAT, reserved from the host's ephemeral ports (net.ipv4.ip_local_reserved_ports)")
+	fl.BoolVar(&f.lineage, "maglev-lineage", false, "build each Maglev table from the installed one (removing 1 of N backends remaps only its 1/N of flows); tables then depend on this node's history, so leave it off when several nodes share a VIP through ECMP")
 	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
 	return cmd
 }
@@ -123,7 +144,57 @@ func (f *flags) check() error {
 	if !f.standalone {
 		return usageErr{errors.New("connecting to a controller is not implemented in this build; run with --standalone (and --config)")}
 	}
+	if !slices.Contains([]string{"on", "auto", "off"}, f.fastpath) {
+		return usageErr{fmt.Errorf("--fastpath %q: must be on, auto or off", f.fastpath)}
+	}
+	if _, err := attach.ParseMode(f.xdpMode); err != nil {
+		return usageErr{fmt.Errorf("--xdp-mode: %w", err)}
+	}
+	if _, _, err := parsePortRange(f.natPorts); err != nil {
+		return usageErr{fmt.Errorf("--nat-port-range: %w", err)}
+	}
 	return nil
+}
+
+// parsePortRange parses "lo-hi" (inclusive, 1 ≤ lo ≤ hi ≤ 65535).
+func parsePortRange(s string) (uint16, uint16, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q: want LOW-HIGH, e.g. 61000-65000", s)
+	}
+	lo, err1 := strconv.ParseUint(a, 10, 16)
+	hi, err2 := strconv.ParseUint(b, 10, 16)
+	if err1 != nil || err2 != nil || lo == 0 || lo > hi {
+		return 0, 0, fmt.Errorf("%q: want LOW-HIGH with 1 <= LOW <= HIGH <= 65535", s)
+	}
+	return uint16(lo), uint16(hi), nil
+}
+
+// startFastpath runs the XDP fast path as --fastpath says. With auto, a
+// host that cannot run it is reported and the agent goes on without it.
+func (f *flags) startFastpath(log *slog.Logger) (*datapath.Datapath, error) {
+	if f.fastpath == "off" {
+		return nil, nil
+	}
+	mode, _ := attach.ParseMode(f.xdpMode) // checked by check
+	lo, hi, _ := parsePortRange(f.natPorts)
+	dp, err := datapath.Start(datapath.Options{
+		Interfaces:   f.interfaces,
+		Mode:         mode,
+		PinRoot:      f.bpfRoot,
+		Node:         fastpath.Node{NATPortMin: lo, NATPortMax: hi},
+		Lineage:      f.lineage,
+		ReservePorts: true,
+		Logger:       log.With("component", "fastpath"),
+	})
+	if err != nil {
+		if f.fastpath == "on" {
+			return nil, fmt.Errorf("fast path: %w", err)
+		}
+		log.Warn("the XDP fast path cannot run here; the slow path serves every listener (--fastpath=on makes this fatal)", "error", err)
+		return nil, nil
+	}
+	return dp, nil
 }
 
 func (f *flags) logger(w io.Writer) *slog.Logger {
@@ -191,8 +262,21 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Registry = reg
-	// No XDP fast path runs in this build: the slow path also serves the
-	// TCP, UDP and TLS listeners the plan gives to it.
+	dp, err := f.startFastpath(log)
+	if err != nil {
+		return err
+	}
+	if dp != nil {
+		// Closing leaves the program attached: traffic flows on while
+		// the agent restarts.
+		defer dp.Close()
+		reg.MustRegister(dp.Collector())
+		opts.Appliers = append(opts.Appliers, dp)
+	}
+	// The slow path also listens on the fast plan's TCP and UDP entries:
+	// XDP takes their packets arriving on the attached interfaces, and
+	// the listeners serve what XDP never sees (clients on this host, and
+	// every client when the fast path cannot run).
 	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg, ServeFastPlan: true})
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
