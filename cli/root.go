@@ -129,6 +129,8 @@ failed, 2 on a usage error.`,
 		newPlanCommand(o),
 		newErrorsCommand(o),
 		newReloadCommand(o),
+		newFastpathCommand(),
+		newDecapCommand(),
 		newDemoBackendCommand(),
 	)
 	return root

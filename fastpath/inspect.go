@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/novaedge/novaedge/fastpath/internal/mono"
 	fastpathbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
 )
 
@@ -267,7 +268,11 @@ type Flow struct {
 }
 
 // Conntrack lists up to limit tracked flows (0: all) and the total count.
-func (p *Pinned) Conntrack(limit int, now time.Duration) ([]Flow, int, error) {
+func (p *Pinned) Conntrack(limit int) ([]Flow, int, error) {
+	now, err := mono.Now()
+	if err != nil {
+		return nil, 0, err
+	}
 	var (
 		k   fastpathbpf.FastpathFlowKey
 		v   fastpathbpf.FastpathCtValue

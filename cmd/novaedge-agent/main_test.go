@@ -187,11 +187,18 @@ func startAgent(t *testing.T, ns string, args ...string) *agentProc {
 // ready.
 func startAgentIn(t *testing.T, ns, dir string, waitReady bool, args ...string) *agentProc {
 	t.Helper()
+	return startAgentWith(t, []string{"ip", "netns", "exec", ns}, dir, waitReady, args...)
+}
+
+// startAgentWith starts the agent under the launcher command (which puts
+// it into a namespace).
+func startAgentWith(t *testing.T, launcher []string, dir string, waitReady bool, args ...string) *agentProc {
+	t.Helper()
 	sock := filepath.Join(dir, "agent.sock")
-	full := append([]string{"netns", "exec", ns, agentBinary(t), "--standalone",
+	full := append(append(launcher[1:], agentBinary(t), "--standalone",
 		"--admin-socket", sock, "--metrics-addr", "127.0.0.1:9090", "--state-dir", filepath.Join(dir, "state"),
-		"--handoff-socket", filepath.Join(dir, "handoff.sock")}, args...)
-	p := &agentProc{cmd: exec.Command("ip", full...), logs: &lockedBuffer{}, sock: sock, done: make(chan error, 1)}
+		"--handoff-socket", filepath.Join(dir, "handoff.sock")), args...)
+	p := &agentProc{cmd: exec.Command(launcher[0], full...), logs: &lockedBuffer{}, sock: sock, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -69,6 +71,10 @@ type Options struct {
 	// Logger receives a message when native attachment falls back to
 	// generic; nil discards it.
 	Logger *slog.Logger
+	// PinPath, if set, is a directory (on a bpffs) where the maps are
+	// pinned by name and reused from, so the counters outlive the process
+	// that loaded the program (novaedgectl decap).
+	PinPath string
 }
 
 // Decap is the loaded decapsulation program with its maps and the
@@ -103,7 +109,16 @@ func Load(opts Options) (*Decap, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Decap{log: log, links: make(map[string]attachment)}
-	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+	var copts *ebpf.CollectionOptions
+	if opts.PinPath != "" {
+		for name, m := range spec.Maps {
+			if !strings.HasPrefix(name, ".") {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+		copts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: opts.PinPath}}
+	}
+	if err := spec.LoadAndAssign(&d.objs, copts); err != nil {
 		return nil, loadError(err)
 	}
 	if err := d.SetGUEPort(opts.GUEPort); err != nil {
@@ -378,6 +393,10 @@ func (c *Counters) field(idx decapbpf.DecapCounter) *uint64 {
 	}
 }
 
+// Program returns the loaded program, for callers that attach it
+// themselves (through pinned links).
+func (d *Decap) Program() *ebpf.Program { return d.objs.Decap }
+
 // Stats returns the counters summed over all CPUs.
 func (d *Decap) Stats() (Counters, error) {
 	d.mu.Lock()
@@ -385,10 +404,24 @@ func (d *Decap) Stats() (Counters, error) {
 	if d.closed {
 		return Counters{}, ErrClosed
 	}
+	return readCounters(d.objs.DecapCounters)
+}
+
+// PinnedStats reads the counters of maps pinned under dir (Options.PinPath).
+func PinnedStats(dir string) (Counters, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "decap_counters"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return Counters{}, fmt.Errorf("open pinned decap counters (is the decapsulation program installed?): %w", err)
+	}
+	defer m.Close()
+	return readCounters(m)
+}
+
+func readCounters(m *ebpf.Map) (Counters, error) {
 	var c Counters
 	var perCPU []uint64
 	for idx := range decapbpf.DecapCounterCOUNTER_MAX {
-		if err := d.objs.DecapCounters.Lookup(uint32(idx), &perCPU); err != nil {
+		if err := m.Lookup(uint32(idx), &perCPU); err != nil {
 			return Counters{}, fmt.Errorf("read counter %d: %w", idx, err)
 		}
 		f := c.field(idx)
