@@ -151,7 +151,7 @@ start echo-2 "$CTL" demo-backend --tcp --listen 127.0.0.1:19002
 bold "starting the agent"
 "$AGENT" --standalone --config "$CONFIG" \
   --admin-socket "$tmp/agent.sock" --metrics-addr "$METRICS" --state-dir "$tmp" --handoff-socket "$tmp/handoff.sock" \
-  >"$tmp/agent.log" 2>&1 &
+  --fastpath off >"$tmp/agent.log" 2>&1 &
 pids+=("$!")
 agent_pid=$!
 echo "  novaedge-agent (PID $agent_pid), log in $tmp/agent.log"
@@ -203,7 +203,14 @@ tcp_reply=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/9000" || exit 1; printf "hel
 echo "  sent \"hello over TCP\", got back \"$tcp_reply\""
 
 echo
-echo "Note: the plan gives ${VIP%/*}:9000 to the XDP fast path; until the fast path lands, the Go slow path serves it."
+echo "Note: the plan gives ${VIP%/*}:9000 to the XDP fast path, but XDP runs on network interfaces and this"
+echo "part of the demo talks over loopback, so the slow path's listener serves it (as it serves clients on the"
+echo "node itself in production). The next part shows XDP balancing in network namespaces."
+
+if [[ ${NOVAEDGE_DEMO_FASTPATH:-1} == 1 ]]; then
+  bold "part 2: the XDP fast path in a network-namespace testbed (hack/demo-fastpath.sh)"
+  NOVAEDGE_AGENT="$AGENT" NOVAEDGECTL="$CTL" hack/demo-fastpath.sh
+fi
 
 if $hold; then
   bold "running; try: $CTL --socket $tmp/agent.sock errors   (Ctrl-C stops everything)"

@@ -63,6 +63,14 @@ func TestDemoScript(t *testing.T) {
 		"request 4: hello from web-",
 		`got back "hello over TCP"`,
 		"released 127.0.10.1/32 from lo",
+		// Part 2: the XDP fast path in namespaces.
+		"web-vip  10.97.0.10:80/tcp  FAST",
+		"hello from b1",
+		"hello from b2",
+		"10.97.0.10  80    tcp    1   nat",
+		"ct_created",
+		"nat_reply",
+		"detached to-client",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's output lacks %q", want)
