@@ -95,33 +95,68 @@ static __always_inline int node_addr(const struct node_config *cfg, __u8 family,
 }
 
 /*
- * send looks the next hop of dst up in the kernel's FIB and sends the frame
- * there: XDP_TX out of the interface it came in on, or a redirect to another
- * interface running the fast path. A frame the FIB cannot resolve yet (no
- * neighbour entry) or that must leave by an interface without XDP goes to
- * the kernel as it is — already rewritten, so the kernel forwards it.
+ * xmit sends the frame to the next hop nh: XDP_TX out of the interface it
+ * came in on, or a redirect to another interface running the fast path. A
+ * frame that must leave by an interface without XDP goes to the kernel as
+ * it is (already rewritten, so the kernel forwards it).
  */
-static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *src, const __u8 *dst,
-				__u32 l3_len)
+static __always_inline int xmit(struct xdp_md *ctx, const struct nexthop *nh)
 {
-	struct bpf_fib_lookup fib = {};
 	void *data, *data_end;
 	struct ethhdr *eth;
-	int rc;
 
-	fib.ifindex = ctx->ingress_ifindex;
-	fib.tot_len = l3_len;
-	if (family == FP_FAMILY_IPV4) {
-		fib.family = AF_INET;
-		__builtin_memcpy(&fib.ipv4_src, src, 4);
-		__builtin_memcpy(&fib.ipv4_dst, dst, 4);
-	} else {
-		fib.family = AF_INET6;
-		__builtin_memcpy(fib.ipv6_src, src, 16);
-		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	if (nh->ifindex != ctx->ingress_ifindex) {
+		/*
+		 * The redirect is decided now but happens after return, so the
+		 * MACs are written only when the target takes XDP frames.
+		 */
+		if (bpf_redirect_map(&fp_tx_ports, nh->ifindex, XDP_PASS) != XDP_REDIRECT) {
+			count(FP_C_PASS_EGRESS_NO_XDP);
+			return XDP_PASS;
+		}
 	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	switch (rc) {
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return XDP_ABORTED;
+	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
+	if (nh->ifindex == ctx->ingress_ifindex) {
+		count(FP_C_TX);
+		return XDP_TX;
+	}
+	count(FP_C_REDIRECT);
+	return XDP_REDIRECT;
+}
+
+/*
+ * resolve looks the next hop towards dst up in the kernel's FIB into nh
+ * (by destination only: source-based policy routes are not consulted).
+ * It returns -1 when found, or the verdict for a frame that XDP cannot
+ * forward: no neighbour entry yet (the kernel resolves it), too big, or no
+ * route. The lookup's argument lives in per-CPU scratch space, not on the
+ * stack: inlined into every caller, it would not fit the 512 bytes.
+ */
+static __always_inline int resolve(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len,
+			      struct nexthop *nh)
+{
+	__u32 zero = 0;
+	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&fp_scratch_fib, &zero);
+
+	if (!fib)
+		return XDP_PASS;
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->ifindex = ctx->ingress_ifindex;
+	fib->tot_len = l3_len;
+	if (family == FP_FAMILY_IPV4) {
+		fib->family = AF_INET;
+		__builtin_memcpy(&fib->ipv4_dst, dst, 4);
+	} else {
+		fib->family = AF_INET6;
+		__builtin_memcpy(fib->ipv6_dst, dst, 16);
+	}
+	switch (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0)) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
@@ -139,31 +174,52 @@ static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *src
 		count(FP_C_PASS_FIB_OTHER);
 		return XDP_PASS;
 	}
+	nh->ingress = ctx->ingress_ifindex;
+	nh->ifindex = fib->ifindex;
+	__builtin_memcpy(nh->smac, fib->smac, ETH_ALEN);
+	__builtin_memcpy(nh->dmac, fib->dmac, ETH_ALEN);
+	return -1;
+}
 
-	if (fib.ifindex != ctx->ingress_ifindex) {
-		/*
-		 * The redirect is decided now but happens after return, so the
-		 * MACs are written only when the target takes XDP frames.
-		 */
-		rc = bpf_redirect_map(&fp_tx_ports, fib.ifindex, XDP_PASS);
-		if (rc != XDP_REDIRECT) {
-			count(FP_C_PASS_EGRESS_NO_XDP);
-			return XDP_PASS;
-		}
+/* send forwards the frame to dst, looking its next hop up each time. */
+static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len)
+{
+	struct nexthop nh = {};
+	int rc = resolve(ctx, family, dst, l3_len, &nh);
+
+	if (rc >= 0)
+		return rc;
+	return xmit(ctx, &nh);
+}
+
+/*
+ * send_backend forwards the frame to backend bid, whose next hop is cached
+ * per CPU for NEXTHOP_TTL_NS. A cached entry is used only for frames that
+ * fit its MTU; a larger one is looked up (and refused) by the FIB.
+ */
+static __always_inline int send_backend(struct xdp_md *ctx, __u32 bid, __u8 family, const __u8 *dst,
+					__u32 l3_len)
+{
+	struct nexthop *nh = bpf_map_lookup_elem(&fp_nexthops, &bid);
+	__u64 now = bpf_ktime_get_coarse_ns();
+	int rc;
+
+	if (!nh)
+		return send(ctx, family, dst, l3_len);
+	if (nh->expires > now && nh->ingress == ctx->ingress_ifindex && l3_len <= nh->mtu)
+		return xmit(ctx, nh);
+	rc = resolve(ctx, family, dst, l3_len, nh);
+	if (rc >= 0) {
+		nh->expires = 0;
+		return rc;
 	}
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return XDP_ABORTED;
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	if (fib.ifindex == ctx->ingress_ifindex) {
-		count(FP_C_TX);
-		return XDP_TX;
-	}
-	count(FP_C_REDIRECT);
-	return XDP_REDIRECT;
+	/* The egress device's MTU (written whatever the verdict): frames up to it may use the entry. */
+	nh->mtu = 0;
+	bpf_check_mtu(ctx, nh->ifindex, &nh->mtu, 0, 0);
+	if (nh->mtu == 0)
+		nh->mtu = l3_len;
+	nh->expires = now + NEXTHOP_TTL_NS;
+	return xmit(ctx, nh);
 }
 
 /*
@@ -349,7 +405,7 @@ static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
 }
 
 /* forward sends the packet of a VIP's flow to backend be the VIP's way. */
-static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const struct vip_info *vip,
+static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const struct vip_info *vip, __u32 bid,
 				   const struct backend *be, const struct node_config *cfg, __u16 nat_port,
 				   __u32 hash)
 {
@@ -371,12 +427,12 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const stru
 			return XDP_DROP;
 		}
 		if (bench_miss_path)
-			return send(ctx, be->family, src, be->addr, p->l3_len);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
 		if (rewrite(ctx, p, src, be->addr, nat_port, be->port)) {
 			count(FP_C_DROP_MALFORMED);
 			return XDP_DROP;
 		}
-		return send(ctx, be->family, src, be->addr, p->l3_len);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
 	case FP_FWD_DSR_IPIP:
 	case FP_FWD_DSR_GUE:
 		if (node_addr(cfg, be->family, src)) {
@@ -384,18 +440,18 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const stru
 			return XDP_DROP;
 		}
 		if (bench_miss_path)
-			return send(ctx, be->family, src, be->addr, p->l3_len);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
 		len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
 		if (len < 0)
 			return XDP_DROP;
-		return send(ctx, be->family, src, be->addr, len);
+		return send_backend(ctx, bid, be->family, be->addr, len);
 	case FP_FWD_DSR_L2:
 		if (be->family != p->key.family) {
 			count(FP_C_DROP_FAMILY);
 			return XDP_DROP;
 		}
 		/* Only the MACs change: the FIB gives the backend's. */
-		return send(ctx, be->family, p->key.src, be->addr, p->l3_len);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
 	}
 	count(FP_C_PASS_SLOW_PATH);
 	return XDP_PASS;
@@ -478,8 +534,6 @@ static __always_inline void nat_keep_client(struct pkt *p, const struct backend 
 static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
 {
 	struct nat_value *nv;
-	__u8 vip[16], client[16];
-	__u16 vport, cport;
 	__u64 now;
 
 	if (!(cfg->flags & FP_CFG_NAT)) {
@@ -492,18 +546,14 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const st
 		return XDP_PASS;
 	}
 	count(FP_C_NAT_REPLY);
-	now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_coarse_ns();
 	if (now - nv->last_seen > TOUCH_INTERVAL_NS)
 		nv->last_seen = now;
-	copy16(vip, nv->vip);
-	copy16(client, nv->client);
-	vport = nv->vip_port;
-	cport = nv->client_port;
-	if (rewrite(ctx, p, vip, client, vport, cport)) {
+	if (rewrite(ctx, p, nv->vip, nv->client, nv->vip_port, nv->client_port)) {
 		count(FP_C_DROP_MALFORMED);
 		return XDP_DROP;
 	}
-	return send(ctx, p->key.family, vip, client, p->l3_len);
+	return send(ctx, p->key.family, nv->client, p->l3_len);
 }
 
 static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
@@ -520,6 +570,43 @@ static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
 		return vip;
 	vk.port = 0;
 	return bpf_map_lookup_elem(&fp_vips, &vk);
+}
+
+/*
+ * ct_create tracks a new flow to backend bid, allocating its SNAT port (NAT)
+ * or recording its reply mapping (NAT keeping the client address). It
+ * returns the SNAT port (0 without SNAT), or -1 when no port is free.
+ */
+static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, const struct backend *be, __u32 bid,
+				__u32 hash)
+{
+	__u64 now = bpf_ktime_get_coarse_ns();
+	struct ct_value nct = {};
+	struct node_config *cfg;
+	__u16 nat_port = 0;
+	__u32 zero = 0;
+
+	cfg = bpf_map_lookup_elem(&fp_config, &zero);
+	if (!cfg)
+		return -1;
+	if (vip->forward == FP_FWD_NAT) {
+		if (nat_alloc(cfg, p, be, vip->id, hash, now, &nat_port))
+			return -1;
+	} else if (vip->forward == FP_FWD_NAT_KEEP_CLIENT) {
+		nat_keep_client(p, be, vip->id, now);
+	}
+	nct.last_seen = now;
+	nct.backend_id = bid;
+	nct.vip_id = vip->id;
+	nct.nat_port = nat_port;
+	nct.hash = hash;
+	nct.state = CT_OPEN;
+	/* A mid-flow packet (ECMP moved the flow here) is OPEN at once. */
+	if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_SYN) && !(p->tcp_flags & TCP_ACK))
+		nct.state = CT_SYN;
+	if (bpf_map_update_elem(&fp_conntrack, &p->key, &nct, BPF_ANY) == 0)
+		count(FP_C_CT_CREATED);
+	return nat_port;
 }
 
 static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
@@ -539,7 +626,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 		return XDP_PASS;
 	}
 	count_traffic(&fp_vip_stats, vip->id, frame_len);
-	now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_coarse_ns();
 
 	ct = bpf_map_lookup_elem(&fp_conntrack, &p->key);
 	if (ct) {
@@ -581,8 +668,6 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			ct->last_seen = now;
 		}
 	} else {
-		struct ct_value nct = {};
-
 		count(FP_C_CT_MISS);
 		hash = flow_hash(&p->key);
 		bid = maglev_pick(vip->id, hash);
@@ -593,29 +678,17 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 		}
 		/* A RST without state is forwarded but starts nothing. */
 		if (!bench_miss_path && !(p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_RST))) {
-			if (vip->forward == FP_FWD_NAT) {
-				if (nat_alloc(cfg, p, be, vip->id, hash, now, &nat_port)) {
-					count(FP_C_DROP_NAT_EXHAUSTED);
-					return XDP_DROP;
-				}
-			} else if (vip->forward == FP_FWD_NAT_KEEP_CLIENT) {
-				nat_keep_client(p, be, vip->id, now);
+			int port = ct_create(p, vip, be, bid, hash);
+
+			if (port < 0) {
+				count(FP_C_DROP_NAT_EXHAUSTED);
+				return XDP_DROP;
 			}
-			nct.last_seen = now;
-			nct.backend_id = bid;
-			nct.vip_id = vip->id;
-			nct.nat_port = nat_port;
-			nct.hash = hash;
-			nct.state = CT_OPEN;
-			/* A mid-flow packet (ECMP moved the flow here) is OPEN at once. */
-			if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_SYN) && !(p->tcp_flags & TCP_ACK))
-				nct.state = CT_SYN;
-			if (bpf_map_update_elem(&fp_conntrack, &p->key, &nct, BPF_ANY) == 0)
-				count(FP_C_CT_CREATED);
+			nat_port = port;
 		}
 	}
 	count_traffic(&fp_backend_stats, bid, frame_len);
-	return forward(ctx, p, vip, be, cfg, nat_port, hash);
+	return forward(ctx, p, vip, bid, be, cfg, nat_port, hash);
 }
 
 /* echo_reply turns an ICMP / ICMPv6 echo request into its reply in place. */
@@ -735,7 +808,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	if (vip->forward == FP_FWD_DSR_L2) {
 		if (be->family != p->key.family)
 			goto pass;
-		return send(ctx, be->family, p->key.src, be->addr, p->l3_len);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
 	}
 	if (node_addr(cfg, be->family, src)) {
 		count(FP_C_DROP_NO_NODE_ADDR);
@@ -744,7 +817,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
 	if (len < 0)
 		return XDP_DROP;
-	return send(ctx, be->family, src, be->addr, len);
+	return send_backend(ctx, bid, be->family, be->addr, len);
 pass:
 	count(FP_C_PASS_ICMP);
 	return XDP_PASS;

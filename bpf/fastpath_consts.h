@@ -54,6 +54,9 @@
  */
 #define TOUCH_INTERVAL_NS 1000000000ULL
 
+/* How long a cached next hop of a backend is used before it is looked up again. */
+#define NEXTHOP_TTL_NS 1000000000ULL
+
 /* Seed of the flow hash; fastpath/flowhash uses the same. */
 #define FLOW_HASH_SEED 0x4e6f7661U
 

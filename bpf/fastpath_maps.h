@@ -75,6 +75,31 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } fp_tx_ports SEC(".maps");
 
+/* Cached next hops by backend ID, per CPU (see struct nexthop). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct nexthop);
+} fp_nexthops SEC(".maps");
+
+/*
+ * Per-CPU scratch space for bpf_fib_lookup's argument, which is too big for
+ * the stack of a program that inlines every lookup. An opaque value: user
+ * space never reads it.
+ */
+struct fib_scratch {
+	__u8 bytes[sizeof(struct bpf_fib_lookup)];
+};
+
+/* Per-CPU scratch space for struct bpf_fib_lookup (see struct fib_scratch). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fib_scratch);
+} fp_scratch_fib SEC(".maps");
+
 /* Packets and bytes per VIP ID, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -154,6 +154,24 @@ enum fp_config_flags {
 	FP_CFG_NAT = 1 << 0,
 };
 
+/*
+ * struct nexthop is a cached bpf_fib_lookup result for a backend, per CPU:
+ * the FIB and neighbour lookup is the most expensive step of forwarding, and
+ * a backend's next hop rarely changes. Entries expire after
+ * NEXTHOP_TTL_NS, so route and neighbour changes take effect within it.
+ */
+struct nexthop {
+	/* bpf_ktime_get_coarse_ns after which the entry is looked up again. */
+	__u64 expires;
+	/* The ingress interface the lookup was made for. */
+	__u32 ingress;
+	/* The egress interface and its MTU. */
+	__u32 ifindex;
+	__u32 mtu;
+	__u8 smac[6];
+	__u8 dmac[6];
+};
+
 /* struct fp_traffic counts packets and bytes (per CPU, per VIP or backend). */
 struct fp_traffic {
 	__u64 packets;

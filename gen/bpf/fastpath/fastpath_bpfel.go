@@ -49,6 +49,11 @@ type FastpathCtValue struct {
 	Hash      uint32
 }
 
+type FastpathFibScratch struct {
+	_     structs.HostLayout
+	Bytes [64]uint8
+}
+
 type FastpathFlowKey struct {
 	_      structs.HostLayout
 	Src    [16]uint8
@@ -159,6 +164,16 @@ type FastpathNatValue struct {
 	VipId      uint32
 }
 
+type FastpathNexthop struct {
+	_       structs.HostLayout
+	Expires uint64
+	Ingress uint32
+	Ifindex uint32
+	Mtu     uint32
+	Smac    [6]uint8
+	Dmac    [6]uint8
+}
+
 type FastpathNodeConfig struct {
 	_                 structs.HostLayout
 	NodeV4            [4]uint8
@@ -200,6 +215,8 @@ const (
 	FastpathMapFpCounters        = "fp_counters"
 	FastpathMapFpMaglev          = "fp_maglev"
 	FastpathMapFpNat             = "fp_nat"
+	FastpathMapFpNexthops        = "fp_nexthops"
+	FastpathMapFpScratchFib      = "fp_scratch_fib"
 	FastpathMapFpTxPorts         = "fp_tx_ports"
 	FastpathMapFpVipStats        = "fp_vip_stats"
 	FastpathMapFpVips            = "fp_vips"
@@ -265,6 +282,8 @@ type FastpathMapSpecs struct {
 	FpCounters     *ebpf.MapSpec `ebpf:"fp_counters"`
 	FpMaglev       *ebpf.MapSpec `ebpf:"fp_maglev"`
 	FpNat          *ebpf.MapSpec `ebpf:"fp_nat"`
+	FpNexthops     *ebpf.MapSpec `ebpf:"fp_nexthops"`
+	FpScratchFib   *ebpf.MapSpec `ebpf:"fp_scratch_fib"`
 	FpTxPorts      *ebpf.MapSpec `ebpf:"fp_tx_ports"`
 	FpVipStats     *ebpf.MapSpec `ebpf:"fp_vip_stats"`
 	FpVips         *ebpf.MapSpec `ebpf:"fp_vips"`
@@ -306,6 +325,8 @@ type FastpathMaps struct {
 	FpCounters     *ebpf.Map `ebpf:"fp_counters"`
 	FpMaglev       *ebpf.Map `ebpf:"fp_maglev"`
 	FpNat          *ebpf.Map `ebpf:"fp_nat"`
+	FpNexthops     *ebpf.Map `ebpf:"fp_nexthops"`
+	FpScratchFib   *ebpf.Map `ebpf:"fp_scratch_fib"`
 	FpTxPorts      *ebpf.Map `ebpf:"fp_tx_ports"`
 	FpVipStats     *ebpf.Map `ebpf:"fp_vip_stats"`
 	FpVips         *ebpf.Map `ebpf:"fp_vips"`
@@ -320,6 +341,8 @@ func (m *FastpathMaps) Close() error {
 		m.FpCounters,
 		m.FpMaglev,
 		m.FpNat,
+		m.FpNexthops,
+		m.FpScratchFib,
 		m.FpTxPorts,
 		m.FpVipStats,
 		m.FpVips,
