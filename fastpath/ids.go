@@ -36,6 +36,17 @@ func (p *idPool) reserve(id uint32) {
 	}
 }
 
+// quarantineGaps quarantines the IDs below the highest reserved one that
+// are not in use: after an agent restart nobody knows when they were
+// released, so they are held for a full period before reuse.
+func (p *idPool) quarantineGaps(now time.Time) {
+	for id := uint32(1); id < p.next; id++ {
+		if !p.inUse[id] {
+			p.quarantine = append(p.quarantine, quarantined{id, now.Add(p.hold)})
+		}
+	}
+}
+
 // get returns a free ID: never-used ones first, then the longest
 // quarantined whose hold has passed.
 func (p *idPool) get(now time.Time) (uint32, error) {

@@ -146,6 +146,9 @@ func (m *Manager) adopt() error {
 	if err := bit.Err(); err != nil {
 		return fmt.Errorf("iterate fp_backends: %w", err)
 	}
+	now := m.opts.Now()
+	m.vipIDs.quarantineGaps(now)
+	m.beIDs.quarantineGaps(now)
 	var cfg fastpathbpf.FastpathNodeConfig
 	if err := m.objs.FpConfig.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("read fp_config: %w", err)

@@ -156,6 +156,11 @@ func TestManagerApply(t *testing.T) {
 	if res, err := m2.Apply(testConfig("10.1.0.1:8080", "10.1.0.2:8080", "10.1.0.4:8080")); err != nil || res != (ApplyResult{}) {
 		t.Fatalf("apply after adopt should change nothing: %+v, %v", res, err)
 	}
+	// The ID released before the restart is still held after it, and
+	// reused once the hold has passed and no fresh ID is left.
+	if len(m2.beIDs.quarantine) == 0 || m2.beIDs.quarantine[0].id != id3 {
+		t.Fatalf("released ID %d not quarantined after adoption: %+v", id3, m2.beIDs.quarantine)
+	}
 
 	// Removing every VIP empties the maps.
 	if _, err := m2.Apply(Config{}); err != nil {
