@@ -17,6 +17,8 @@ echo "== route scale: time until a new route serves, memory (perf/routescale)"
 go run ./perf/routescale -out perf/results
 echo "== L4 splicing: sockmap vs splice(2) through io.Copy (perf/splice)"
 go run ./perf/splice -out perf/results
-echo "== Go micro-benchmarks (router, balancers, proxy path)"
-go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath | tee "perf/results/go-bench-$stamp.txt"
+echo "== XDP fast path: ns per packet from BPF_PROG_TEST_RUN beside a trivial XDP_TX program (perf/xdpcost)"
+go run ./perf/xdpcost -out perf/results
+echo "== Go micro-benchmarks (router, balancers, proxy path, Maglev builder)"
+go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath ./fastpath/maglev | tee "perf/results/go-bench-$stamp.txt"
 echo "results in perf/results/"
