@@ -2,9 +2,10 @@
 # make bench: installs the baselines (nginx, HAProxy, wrk, h2load), builds
 # the binaries, runs the HTTP proxy comparison (perf/httpbench), the slow
 # path's scale measurements (perf/routescale), the L4 splicing comparison
-# (perf/splice) and the Go micro-benchmarks,
-# and writes everything under perf/results/. Needs root (packages) and at
-# least 2 CPUs. Uses only 127.0.0.1.
+# (perf/splice), the XDP fast path's cost per packet (perf/xdpcost) and the
+# Go micro-benchmarks (the Maglev builder among them), and writes everything
+# under perf/results/. Needs root (packages) and at least 2 CPUs. Uses only
+# 127.0.0.1 and addresses inside network namespaces it creates.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/install-deps.sh --bench
