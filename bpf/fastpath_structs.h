@@ -4,13 +4,18 @@
  * (-type), so they are never mirrored by hand; bpftool prints them by name.
  *
  * Addresses are 16 bytes: an IPv6 address, or an IPv4 address in the first
- * four bytes with the rest zero, always in network order. Ports in map keys
+ * four bytes with the rest zero, always in network order. They sit at
+ * offsets that are multiples of four and are declared so (ADDR), which lets
+ * the compiler copy and compare them a word at a time instead of a byte at
+ * a time; the layout is the same either way. Ports in map keys
  * and values are in host order, so bpftool and Go read them plainly.
  */
 #ifndef NOVAEDGE_FASTPATH_STRUCTS_H
 #define NOVAEDGE_FASTPATH_STRUCTS_H
 
 #include "include/uapi.h"
+
+#define ADDR __attribute__((aligned(4)))
 
 /* enum fp_family is the address family of keys and backends. */
 enum fp_family {
@@ -49,7 +54,7 @@ enum fp_vip_flags {
  * a VIP (ICMP echo, ICMP errors for its flows).
  */
 struct vip_key {
-	__u8 addr[16];
+	__u8 addr[16] ADDR;
 	__u16 port;
 	__u8 proto;
 	__u8 family;
@@ -76,7 +81,7 @@ enum fp_backend_flags {
 
 /* struct backend is one endpoint, indexed by its ID in backends. */
 struct backend {
-	__u8 addr[16];
+	__u8 addr[16] ADDR;
 	__u16 port;
 	__u8 family;
 	__u8 flags;
@@ -87,8 +92,8 @@ struct backend {
  * client → VIP direction, for nat the backend → node (or client) direction.
  */
 struct flow_key {
-	__u8 src[16];
-	__u8 dst[16];
+	__u8 src[16] ADDR;
+	__u8 dst[16] ADDR;
 	__u16 sport;
 	__u16 dport;
 	__u8 proto;
@@ -121,8 +126,8 @@ struct ct_value {
 /* struct nat_value turns a backend's reply back into the VIP's. */
 struct nat_value {
 	__u64 last_seen;
-	__u8 client[16];
-	__u8 vip[16];
+	__u8 client[16] ADDR;
+	__u8 vip[16] ADDR;
 	__u16 client_port;
 	__u16 vip_port;
 	__u32 vip_id;
@@ -134,8 +139,8 @@ struct nat_value {
  */
 struct node_config {
 	/* Node addresses: the SNAT source and the outer source of DSR tunnels. */
-	__u8 node_v4[4];
-	__u8 node_v6[16];
+	__u8 node_v4[4] ADDR;
+	__u8 node_v6[16] ADDR;
 	/* SNAT source ports, inclusive, host order; reserved from the host's ephemeral range by the agent. */
 	__u16 nat_port_min;
 	__u16 nat_port_max;
@@ -168,8 +173,8 @@ struct nexthop {
 	/* The egress interface and its MTU. */
 	__u32 ifindex;
 	__u32 mtu;
-	__u8 smac[6];
-	__u8 dmac[6];
+	__u8 smac[6] __attribute__((aligned(2)));
+	__u8 dmac[6] __attribute__((aligned(2)));
 };
 
 /* struct fp_traffic counts packets and bytes (per CPU, per VIP or backend). */
