@@ -2,7 +2,8 @@
 # make bench: installs the baselines (nginx, HAProxy, wrk, h2load), builds
 # the binaries, runs the HTTP proxy comparison (perf/httpbench), the slow
 # path's scale measurements (perf/routescale), the L4 splicing comparison
-# (perf/splice), the XDP fast path's cost per packet (perf/xdpcost) and the
+# (perf/splice), the XDP fast path's forwarding rate (perf/xdpbench) and cost
+# per packet (perf/xdpcost) and the
 # Go micro-benchmarks (the Maglev builder among them), and writes everything
 # under perf/results/. Needs root (packages) and at least 2 CPUs. Uses only
 # 127.0.0.1 and addresses inside network namespaces it creates.
@@ -18,6 +19,8 @@ echo "== route scale: time until a new route serves, memory (perf/routescale)"
 go run ./perf/routescale -out perf/results
 echo "== L4 splicing: sockmap vs splice(2) through io.Copy (perf/splice)"
 go run ./perf/splice -out perf/results
+echo "== XDP forwarding rate: trivial XDP_TX vs nftables DNAT vs the fast path, live-frames traffic (perf/xdpbench)"
+go run ./perf/xdpbench -out perf/results
 echo "== XDP fast path: ns per packet from BPF_PROG_TEST_RUN beside a trivial XDP_TX program (perf/xdpcost)"
 go run ./perf/xdpcost -out perf/results
 echo "== Go micro-benchmarks (router, balancers, proxy path, Maglev builder)"
