@@ -461,7 +461,9 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const stru
  * nat_alloc finds a free SNAT source port for the flow towards be and
  * records the reply mapping. Ports are tried from a hash-chosen start, a
  * bounded number of times; a mapping idle past its timeout may be taken
- * over (the LRU may not have evicted it yet).
+ * over (the LRU may not have evicted it yet). Tries are spread over the
+ * range by rehashing, so the chance that all fail is about the share of the
+ * range in use to the power NAT_PORT_TRIES.
  */
 static __always_inline int nat_alloc(const struct node_config *cfg, struct pkt *p, const struct backend *be,
 				     __u32 vip_id, __u32 hash, __u64 now, __u16 *port)
@@ -492,7 +494,8 @@ static __always_inline int nat_alloc(const struct node_config *cfg, struct pkt *
 		struct nat_value *old;
 		__u64 flags = BPF_NOEXIST;
 
-		rk.dport = lo + (hash + i) % span;
+		/* Each try rehashes: linear probing would pile flows into runs. */
+		rk.dport = lo + hash_mix(hash, i) % span;
 		old = bpf_map_lookup_elem(&fp_nat, &rk);
 		if (old) {
 			if (now - old->last_seen < idle)

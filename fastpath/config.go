@@ -99,9 +99,10 @@ type Node struct {
 	// source of DSR tunnels. An invalid Addr disables those modes for the
 	// family (their packets are dropped and counted).
 	V4, V6 netip.Addr
-	// NATPortMin and NATPortMax bound the SNAT source ports (inclusive).
-	// The agent reserves them with ip_local_reserved_ports so that the
-	// host's own connections never pick them. Zero means 61000–65000.
+	// NATPortMin and NATPortMax bound the SNAT source ports (inclusive),
+	// per backend address and port. The agent reserves them with
+	// ip_local_reserved_ports so that the host's own connections never
+	// pick them. Zero means 10000–32767.
 	NATPortMin, NATPortMax uint16
 	// Idle lifetimes of tracked flows; zero means 60 s for a TCP flow that
 	// has seen only its SYN, 1 h for an open TCP flow, 10 s after a FIN or
@@ -109,11 +110,15 @@ type Node struct {
 	TCPSynTimeout, TCPTimeout, TCPClosingTimeout, UDPTimeout time.Duration
 }
 
-// Default SNAT port range: above Linux's default ephemeral range
-// (32768–60999), so reserving it takes nothing the host already uses.
+// Default SNAT port range: below Linux's default ephemeral range
+// (32768–60999), so reserving it takes nothing the host picks for its own
+// connections, and wide enough for about 20 000 concurrent flows per
+// backend before new ones start to fail (each new flow tries 16 ports).
+// Listening sockets on these ports are unaffected: a SNAT flow's replies
+// come from a backend and are translated in XDP before the kernel sees them.
 const (
-	DefaultNATPortMin = 61000
-	DefaultNATPortMax = 65000
+	DefaultNATPortMin = 10000
+	DefaultNATPortMax = 32767
 )
 
 // Validate checks c the way the program needs it, naming the entry and the

@@ -127,6 +127,13 @@ func Start(opts Options) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attach fast path: %w", err)
 	}
+	var names []string
+	for _, t := range targets {
+		names = append(names, t.Ifname)
+	}
+	if err := PrepareInterfaces(names); err != nil {
+		return nil, err
+	}
 	d.node = opts.Node
 	if err := d.fillNodeAddresses(targets); err != nil {
 		return nil, err

@@ -39,6 +39,23 @@ func reservePorts(lo, hi uint16) error {
 	return nil
 }
 
+// PrepareInterfaces sets what the kernel must allow on the interfaces the
+// fast path runs on, in the calling thread's network namespace. A frame
+// the program has already rewritten but hands to the kernel (no neighbour
+// entry yet, or an egress interface without XDP) carries the node's own
+// address as its IPv4 source (SNAT, or the outer header of DSR), which the
+// kernel drops as a "martian source" unless accept_local is on; IPv6 has no
+// such check.
+func PrepareInterfaces(ifnames []string) error {
+	for _, name := range ifnames {
+		path := "/proc/sys/net/ipv4/conf/" + name + "/accept_local"
+		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("allow the node's own source address on %s (%s): %w", name, path, err)
+		}
+	}
+	return nil
+}
+
 func forwardingEnabled() bool {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
 	if err != nil {
