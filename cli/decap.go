@@ -81,13 +81,13 @@ removes it.`,
 			if err != nil {
 				return &exitError{code: ExitFailure, err: err}
 			}
-			defer d.Close()
+			defer func() { _ = d.Close() }()
 			att, err := attach.New(attach.Options{Root: root, LayoutVersion: decapLayout, Mode: m})
 			if err != nil {
 				return &exitError{code: ExitFailure, err: err}
 			}
 			// Closing the handles leaves the pinned links attached.
-			defer att.Close()
+			defer func() { _ = att.Close() }()
 			res, err := att.Adopt(d.Program(), targets)
 			if res != nil {
 				for _, o := range res.Interfaces {

@@ -86,9 +86,9 @@ func (fo *fastpathOptions) statusCmd() *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "INTERFACE\tIFINDEX\tMODE\tPROGRAM\tLAYOUT\tPIN")
+			_, _ = fmt.Fprintln(tw, "INTERFACE\tIFINDEX\tMODE\tPROGRAM\tLAYOUT\tPIN")
 			for _, a := range atts {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s (id %d)\t%s\t%s\n", a.Ifname, a.Ifindex, attachMode(a), a.ProgramName, a.ProgramID, a.LayoutVersion, a.Path)
+				_, _ = fmt.Fprintf(tw, "%s\t%d\t%s\t%s (id %d)\t%s\t%s\n", a.Ifname, a.Ifindex, attachMode(a), a.ProgramName, a.ProgramID, a.LayoutVersion, a.Path)
 			}
 			return tw.Flush()
 		},
@@ -120,7 +120,7 @@ func (fo *fastpathOptions) vipsCmd() *cobra.Command {
 					return writeJSON(w, vips)
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ADDRESS\tPORT\tPROTO\tID\tFORWARD\tPACKETS\tBYTES")
+				_, _ = fmt.Fprintln(tw, "ADDRESS\tPORT\tPROTO\tID\tFORWARD\tPACKETS\tBYTES")
 				for _, v := range vips {
 					port := strconv.Itoa(int(v.Port))
 					if v.Port == 0 {
@@ -133,7 +133,7 @@ func (fo *fastpathOptions) vipsCmd() *cobra.Command {
 					if v.GUEPort != 0 {
 						fwd += fmt.Sprintf(" (udp %d)", v.GUEPort)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\n", v.Address, port, v.Protocol, v.ID, fwd, v.Packets, v.Bytes)
+					_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\n", v.Address, port, v.Protocol, v.ID, fwd, v.Packets, v.Bytes)
 				}
 				return tw.Flush()
 			})
@@ -159,9 +159,9 @@ func (fo *fastpathOptions) backendsCmd() *cobra.Command {
 					return writeJSON(w, bs)
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tBACKEND\tPACKETS\tBYTES")
+				_, _ = fmt.Fprintln(tw, "ID\tBACKEND\tPACKETS\tBYTES")
 				for _, b := range bs {
-					fmt.Fprintf(tw, "%d\t%s\t%d\t%d\n", b.ID, netip.AddrPortFrom(netip.MustParseAddr(b.Address), b.Port), b.Packets, b.Bytes)
+					_, _ = fmt.Fprintf(tw, "%d\t%s\t%d\t%d\n", b.ID, netip.AddrPortFrom(netip.MustParseAddr(b.Address), b.Port), b.Packets, b.Bytes)
 				}
 				return tw.Flush()
 			})
@@ -223,9 +223,9 @@ func (fo *fastpathOptions) maglevCmd() *cobra.Command {
 				pr := &printer{w: w}
 				pr.printf("VIP ID %d, %d slots, %d empty\n", info.VIPID, info.Size, info.Empty)
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "BACKEND ID\tBACKEND\tSLOTS\tSHARE")
+				_, _ = fmt.Fprintln(tw, "BACKEND ID\tBACKEND\tSLOTS\tSHARE")
 				for _, s := range info.Shares {
-					fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f%%\n", s.BackendID, s.Backend, s.Slots, 100*s.Share)
+					_, _ = fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f%%\n", s.BackendID, s.Backend, s.Slots, 100*s.Share)
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -256,13 +256,13 @@ func (fo *fastpathOptions) conntrackCmd() *cobra.Command {
 					return writeJSON(w, map[string]any{"total": total, "flows": flows})
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "PROTO\tCLIENT\tVIP\tBACKEND ID\tSTATE\tNAT PORT\tIDLE")
+				_, _ = fmt.Fprintln(tw, "PROTO\tCLIENT\tVIP\tBACKEND ID\tSTATE\tNAT PORT\tIDLE")
 				for _, f := range flows {
 					nat := "-"
 					if f.NATPort != 0 {
 						nat = strconv.Itoa(int(f.NATPort))
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", f.Protocol, f.Client, f.VIP, f.BackendID, f.State, nat, (time.Duration(f.IdleSeconds) * time.Second).Round(time.Second))
+					_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", f.Protocol, f.Client, f.VIP, f.BackendID, f.State, nat, (time.Duration(f.IdleSeconds) * time.Second).Round(time.Second))
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -302,9 +302,9 @@ func (fo *fastpathOptions) statsCmd() *cobra.Command {
 				}
 				slices.Sort(names)
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "COUNTER\tPACKETS")
+				_, _ = fmt.Fprintln(tw, "COUNTER\tPACKETS")
 				for _, n := range names {
-					fmt.Fprintf(tw, "%s\t%d\n", n, c[n])
+					_, _ = fmt.Fprintf(tw, "%s\t%d\n", n, c[n])
 				}
 				return tw.Flush()
 			})

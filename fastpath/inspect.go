@@ -60,7 +60,7 @@ func OpenPinned(root string) (*Pinned, error) {
 // Close releases the maps.
 func (p *Pinned) Close() {
 	for _, m := range p.maps {
-		m.Close()
+		_ = m.Close()
 	}
 }
 
@@ -219,7 +219,7 @@ func (p *Pinned) Maglev(addr netip.Addr, port uint16, proto uint8, full bool) (M
 	if err := p.maps[fastpathbpf.FastpathMapFpMaglev].Lookup(v.Id, &inner); err != nil {
 		return info, fmt.Errorf("read maglev table of VIP %d: %w", v.Id, err)
 	}
-	defer inner.Close()
+	defer func() { _ = inner.Close() }()
 	mi, err := inner.Info()
 	if err != nil {
 		return info, err

@@ -100,7 +100,8 @@ func Load(opts LoadOptions) (*Objects, error) {
 	if err := spec.LoadAndAssign(&objs.FastpathObjects, copts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load fast path: the kernel verifier rejected the program:\n%+v", ve)
+			// %+w prints the verifier's whole log, as %+v does, and wraps.
+			return nil, fmt.Errorf("load fast path: the kernel verifier rejected the program:\n%+w", ve)
 		}
 		return nil, fmt.Errorf("load fast path: %w", err)
 	}

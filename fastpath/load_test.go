@@ -19,7 +19,7 @@ func TestLoadVerifier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer objs.Close()
+			defer func() { _ = objs.Close() }()
 			info, err := objs.FpMaglev.Info()
 			if err != nil {
 				t.Fatal(err)

@@ -168,7 +168,7 @@ func (m *Manager) readTable(vipID uint32) (maglev.Table, error) {
 		}
 		return nil, fmt.Errorf("read maglev table of VIP %d: %w", vipID, err)
 	}
-	defer inner.Close()
+	defer func() { _ = inner.Close() }()
 	return readInner(inner, m.objs.MaglevSize)
 }
 
@@ -199,7 +199,6 @@ type plannedVIP struct {
 	id    uint32
 	info  fastpathbpf.FastpathVipInfo
 	table maglev.Table
-	fresh bool
 }
 
 // Apply makes the maps hold c. It validates and computes everything first
@@ -440,7 +439,7 @@ func (m *Manager) swapTable(vipID uint32, t maglev.Table) error {
 	if err != nil {
 		return fmt.Errorf("create maglev table: %w", err)
 	}
-	defer inner.Close()
+	defer func() { _ = inner.Close() }()
 	keys := make([]uint32, len(t))
 	for i := range keys {
 		keys[i] = uint32(i)

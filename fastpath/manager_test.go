@@ -16,7 +16,7 @@ func loadSmall(t *testing.T) *Objects {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { objs.Close() })
+	t.Cleanup(func() { _ = objs.Close() })
 	return objs
 }
 

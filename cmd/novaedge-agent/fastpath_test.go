@@ -75,7 +75,7 @@ func inNS(t *testing.T, ns string, f func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 	done := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread leaves the test's namespace and dies
@@ -116,7 +116,7 @@ func echoServer(t *testing.T, ns, addr, name string) {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				if _, err := io.WriteString(c, name+"\n"); err != nil {
 					return
 				}
@@ -247,7 +247,7 @@ func TestFastPathSurvivesKill(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for _, c := range conns {
-		defer c.c.Close()
+		defer func() { _ = c.c.Close() }()
 		_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		name, err := c.r.ReadString('\n')
 		if err != nil {
@@ -298,7 +298,9 @@ func TestFastPathSurvivesKill(t *testing.T) {
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	<-a.done
+	if err := <-a.done; err == nil {
+		t.Fatal("the agent exited cleanly after SIGKILL")
+	}
 	time.Sleep(500 * time.Millisecond)
 	if got := conntrackTotal(t, tp.node, tp.bpfRoot); got != before {
 		t.Errorf("conntrack entries %d after SIGKILL, %d before", got, before)

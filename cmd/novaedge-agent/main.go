@@ -269,7 +269,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if dp != nil {
 		// Closing leaves the program attached: traffic flows on while
 		// the agent restarts.
-		defer dp.Close()
+		defer func() { _ = dp.Close() }()
 		reg.MustRegister(dp.Collector())
 		opts.Appliers = append(opts.Appliers, dp)
 	}

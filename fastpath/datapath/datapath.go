@@ -93,7 +93,7 @@ func Start(opts Options) (*Datapath, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			d.Close()
+			_ = d.Close()
 		}
 	}()
 	d.mgr, err = fastpath.NewManager(objs, fastpath.ManagerOptions{Logger: log, Lineage: opts.Lineage})

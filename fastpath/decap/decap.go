@@ -413,7 +413,7 @@ func PinnedStats(dir string) (Counters, error) {
 	if err != nil {
 		return Counters{}, fmt.Errorf("open pinned decap counters (is the decapsulation program installed?): %w", err)
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	return readCounters(m)
 }
 

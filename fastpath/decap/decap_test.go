@@ -290,7 +290,7 @@ func TestPacketsEthernetType(t *testing.T) {
 			if el := p.ErrorLayer(); el != nil {
 				t.Fatalf("decode frame out: %v", el.Error())
 			}
-			var ip gopacket.Layer = p.Layer(layers.LayerTypeIPv4)
+			ip := p.Layer(layers.LayerTypeIPv4)
 			if ip == nil {
 				ip = p.Layer(layers.LayerTypeIPv6)
 			}

@@ -125,7 +125,7 @@ func inNS(ns netns.NsHandle, fn func() error) error {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("current namespace: %w", err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	if err := netns.Set(ns); err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("enter namespace: %w", err)

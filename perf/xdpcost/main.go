@@ -92,7 +92,7 @@ func main() {
 		log.Fatal(err)
 	}
 	results = append(results, measure("trivial XDP_TX", trivial, pkt, ifindex, *repeat, *rounds, func() string { return "" }))
-	trivial.Close()
+	_ = trivial.Close()
 
 	for _, c := range []struct {
 		name    string
@@ -143,7 +143,7 @@ func main() {
 			return ""
 		})
 		results = append(results, r)
-		objs.Close()
+		_ = objs.Close()
 	}
 
 	report := render(results, *repeat, *rounds)

@@ -24,7 +24,7 @@ func novaEdgeSetup(_ context.Context, nodeNS, ifname string) (func(), error) {
 	}
 	m, err := fastpath.NewManager(objs, fastpath.ManagerOptions{})
 	if err != nil {
-		objs.Close()
+		_ = objs.Close()
 		return nil, err
 	}
 	be := []fastpath.Backend{{Addr: topo.Backend, Port: topo.Port, Weight: 1}}
@@ -36,12 +36,12 @@ func novaEdgeSetup(_ context.Context, nodeNS, ifname string) (func(), error) {
 		},
 	}
 	if _, err := m.Apply(cfg); err != nil {
-		objs.Close()
+		_ = objs.Close()
 		return nil, fmt.Errorf("configure the fast path: %w", err)
 	}
 	l, err := topo.AttachXDP(nodeNS, ifname, objs.NovaedgeFastpath, link.XDPDriverMode)
 	if err != nil {
-		objs.Close()
+		_ = objs.Close()
 		return nil, err
 	}
 	return func() {
@@ -52,6 +52,6 @@ func novaEdgeSetup(_ context.Context, nodeNS, ifname string) (func(), error) {
 				c["rx"], c["ct_hit"], c["ct_miss"], c["ct_created"], c["tx"], c["pass_not_vip"], c["pass_no_neigh"], c["drop_no_backend"], c["drop_malformed"])
 		}
 		_ = l.Close()
-		objs.Close()
+		_ = objs.Close()
 	}, nil
 }
