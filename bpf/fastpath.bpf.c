@@ -142,7 +142,7 @@ static __always_inline int resolve(struct xdp_md *ctx, __u8 family, const __u8 *
 			      struct nexthop *nh)
 {
 	__u32 zero = 0;
-	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&fp_scratch_fib, &zero);
+	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&fp_scratch, &zero);
 
 	if (!fib)
 		return XDP_PASS;
@@ -194,31 +194,36 @@ static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst
 
 /*
  * send_backend forwards the frame to backend bid, whose next hop is cached
- * per CPU for NEXTHOP_TTL_NS. A cached entry is used only for frames that
- * fit its MTU; a larger one is looked up (and refused) by the FIB.
+ * per CPU for NEXTHOP_TTL_NS.
  */
 static __always_inline int send_backend(struct xdp_md *ctx, __u32 bid, __u8 family, const __u8 *dst,
 					__u32 l3_len)
 {
 	struct nexthop *nh = bpf_map_lookup_elem(&fp_nexthops, &bid);
 	__u64 now = bpf_ktime_get_coarse_ns();
-	int rc;
+	int rc, valid;
 
 	if (!nh)
 		return send(ctx, family, dst, l3_len);
-	if (nh->expires > now && nh->ingress == ctx->ingress_ifindex && l3_len <= nh->mtu)
+	valid = nh->expires > now && nh->ingress == ctx->ingress_ifindex;
+	if (valid && l3_len <= nh->mtu)
 		return xmit(ctx, nh);
 	rc = resolve(ctx, family, dst, l3_len, nh);
 	if (rc >= 0) {
 		nh->expires = 0;
 		return rc;
 	}
-	/* The egress device's MTU (written whatever the verdict): frames up to it may use the entry. */
-	nh->mtu = 0;
-	bpf_check_mtu(ctx, nh->ifindex, &nh->mtu, 0, 0);
-	if (nh->mtu == 0)
+	/*
+	 * The entry serves frames up to the largest length the FIB accepted
+	 * (route MTUs, learned path MTUs and the device's included); a
+	 * longer frame is looked up again.
+	 */
+	if (!valid) {
+		nh->expires = now + NEXTHOP_TTL_NS;
 		nh->mtu = l3_len;
-	nh->expires = now + NEXTHOP_TTL_NS;
+	} else if (l3_len > nh->mtu) {
+		nh->mtu = l3_len;
+	}
 	return xmit(ctx, nh);
 }
 
@@ -479,7 +484,7 @@ static __always_inline int nat_alloc(const struct node_config *cfg, struct pkt *
 	span = hi - lo + 1;
 	copy16(rk.src, be->addr);
 	if (node_addr(cfg, be->family, rk.dst))
-		return -1;
+		return -2;
 	rk.sport = be->port;
 	rk.proto = p->key.proto;
 	rk.family = be->family;
@@ -509,6 +514,34 @@ static __always_inline int nat_alloc(const struct node_config *cfg, struct pkt *
 		}
 	}
 	return -1;
+}
+
+/*
+ * nat_touch refreshes the SNAT mapping of a live flow, so that nat_alloc
+ * never hands its port to another flow. Not inlined: it runs about once a
+ * second per flow, and its key would take stack space on every packet.
+ */
+static __noinline void nat_touch(const struct backend *be, const struct node_config *cfg, __u16 nat_port,
+				 __u8 proto, __u64 now)
+{
+	__u32 zero = 0;
+	/* The key is built in scratch space: the program's stack is full. */
+	struct flow_key *rk = bpf_map_lookup_elem(&fp_scratch, &zero);
+	struct nat_value *nv;
+
+	if (!rk)
+		return;
+	__builtin_memset(rk, 0, sizeof(*rk));
+	copy16(rk->src, be->addr);
+	if (node_addr(cfg, be->family, rk->dst))
+		return;
+	rk->sport = be->port;
+	rk->dport = nat_port;
+	rk->proto = proto;
+	rk->family = be->family;
+	nv = bpf_map_lookup_elem(&fp_nat, rk);
+	if (nv)
+		nv->last_seen = now;
 }
 
 /* nat_keep_client records the reply mapping of a DNAT-only flow. */
@@ -578,7 +611,8 @@ static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
 /*
  * ct_create tracks a new flow to backend bid, allocating its SNAT port (NAT)
  * or recording its reply mapping (NAT keeping the client address). It
- * returns the SNAT port (0 without SNAT), or -1 when no port is free.
+ * returns the SNAT port (0 without SNAT), -1 when no port is free, or -2
+ * when the node has no address of the backend's family to SNAT to.
  */
 static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, const struct backend *be, __u32 bid,
 				__u32 hash)
@@ -593,8 +627,10 @@ static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, 
 	if (!cfg)
 		return -1;
 	if (vip->forward == FP_FWD_NAT) {
-		if (nat_alloc(cfg, p, be, vip->id, hash, now, &nat_port))
-			return -1;
+		int rc = nat_alloc(cfg, p, be, vip->id, hash, now, &nat_port);
+
+		if (rc)
+			return rc;
 	} else if (vip->forward == FP_FWD_NAT_KEEP_CLIENT) {
 		nat_keep_client(p, be, vip->id, now);
 	}
@@ -648,6 +684,8 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 		}
 	}
 	if (ct) {
+		__u64 seen = ct->last_seen;
+
 		count(FP_C_CT_HIT);
 		nat_port = ct->nat_port;
 		hash = ct->hash;
@@ -664,12 +702,18 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			} else if (ct->state == CT_SYN && (f & TCP_ACK) && !(f & TCP_SYN)) {
 				ct->state = CT_OPEN;
 				ct->last_seen = now;
-			} else if (now - ct->last_seen > TOUCH_INTERVAL_NS) {
+			} else if (now - seen > TOUCH_INTERVAL_NS) {
 				ct->last_seen = now;
 			}
-		} else if (now - ct->last_seen > TOUCH_INTERVAL_NS) {
+		} else if (now - seen > TOUCH_INTERVAL_NS) {
 			ct->last_seen = now;
 		}
+		/*
+		 * The SNAT mapping lives as long as the flow, not only as long
+		 * as the backend answers: a one-way flow keeps its port.
+		 */
+		if (nat_port && now - seen > TOUCH_INTERVAL_NS)
+			nat_touch(be, cfg, nat_port, p->key.proto, now);
 	} else {
 		count(FP_C_CT_MISS);
 		hash = flow_hash(&p->key);
@@ -679,10 +723,23 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			count(FP_C_DROP_NO_BACKEND);
 			return XDP_DROP;
 		}
-		/* A RST without state is forwarded but starts nothing. */
-		if (!bench_miss_path && !(p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_RST))) {
+		if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_RST)) {
+			/*
+			 * A RST without state starts nothing. It is forwarded,
+			 * except with SNAT: without a mapping it has no source
+			 * port to leave with, and no connection to reset.
+			 */
+			if (vip->forward == FP_FWD_NAT) {
+				count(FP_C_DROP_RST_NO_STATE);
+				return XDP_DROP;
+			}
+		} else if (!bench_miss_path) {
 			int port = ct_create(p, vip, be, bid, hash);
 
+			if (port == -2) {
+				count(FP_C_DROP_NO_NODE_ADDR);
+				return XDP_DROP;
+			}
 			if (port < 0) {
 				count(FP_C_DROP_NAT_EXHAUSTED);
 				return XDP_DROP;
@@ -787,7 +844,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	}
 	if (q.key.proto != IPPROTO_TCP && q.key.proto != IPPROTO_UDP)
 		goto pass;
-	if ((void *)(ports + 2) > data_end)
+	if ((void *)(ports + 2) > data_end || (void *)(ports + 2) > data + L3_OFF(p) + (p->l3_len & 0xffff))
 		goto pass;
 	q.key.family = p->key.family;
 	q.key.sport = fp_ntohs(ports[1]);

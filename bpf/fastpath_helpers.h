@@ -145,18 +145,20 @@ static __always_inline __u32 flow_hash(const struct flow_key *k)
 
 /*
  * parse_l4 reads ports and flags of the L4 header at off. An ICMP header is
- * read too (type and code), for echo and error handling.
+ * read too (type and code), for echo and error handling. end is where the IP
+ * packet ends by its own length: a header past it (in Ethernet padding) or
+ * a length field that does not fit is malformed.
  */
-static __always_inline int parse_l4(void *data, void *data_end, struct pkt *p, __u32 off)
+static __always_inline int parse_l4(void *data, void *data_end, struct pkt *p, __u32 off, __u32 end)
 {
 	p->l4_off = off;
 	switch (p->key.proto) {
 	case IPPROTO_TCP: {
 		struct tcphdr *th = data + off;
 
-		if ((void *)(th + 1) > data_end)
+		if ((void *)(th + 1) > data_end || off + sizeof(*th) > end)
 			return PARSE_MALFORMED;
-		if ((th->doff_res >> 4) < 5)
+		if ((th->doff_res >> 4) < 5 || off + (th->doff_res >> 4) * 4 > end)
 			return PARSE_MALFORMED;
 		p->key.sport = fp_ntohs(th->source);
 		p->key.dport = fp_ntohs(th->dest);
@@ -165,8 +167,12 @@ static __always_inline int parse_l4(void *data, void *data_end, struct pkt *p, _
 	}
 	case IPPROTO_UDP: {
 		struct udphdr *uh = data + off;
+		__u32 len;
 
-		if ((void *)(uh + 1) > data_end)
+		if ((void *)(uh + 1) > data_end || off + sizeof(*uh) > end)
+			return PARSE_MALFORMED;
+		len = fp_ntohs(uh->len);
+		if (len < sizeof(*uh) || off + len > end)
 			return PARSE_MALFORMED;
 		p->key.sport = fp_ntohs(uh->source);
 		p->key.dport = fp_ntohs(uh->dest);
@@ -176,7 +182,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct pkt *p, _
 	case IPPROTO_ICMPV6: {
 		struct icmphdr *ih = data + off;
 
-		if ((void *)(ih + 1) > data_end)
+		if ((void *)(ih + 1) > data_end || off + sizeof(*ih) > end)
 			return PARSE_MALFORMED;
 		p->icmp_type = ih->type;
 		p->icmp_code = ih->code;
@@ -206,12 +212,13 @@ static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p,
 	p->tos = iph->tos;
 	__builtin_memcpy(p->key.src, &iph->saddr, 4);
 	__builtin_memcpy(p->key.dst, &iph->daddr, 4);
-	return parse_l4(data, data_end, p, off + hlen);
+	return parse_l4(data, data_end, p, off + hlen, off + p->l3_len);
 }
 
 static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt *p, __u32 off)
 {
 	struct ipv6hdr *ip6 = data + off;
+	__u32 end;
 	__u8 nexthdr;
 
 	if ((void *)(ip6 + 1) > data_end)
@@ -221,6 +228,10 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt *p,
 	p->l3_len = fp_ntohs(ip6->payload_len) + sizeof(*ip6);
 	if (data + off + p->l3_len > data_end)
 		return PARSE_MALFORMED;
+	/* Payload length 0 announces a jumbogram: the kernel's business. */
+	if (p->l3_len == sizeof(*ip6))
+		return PARSE_OTHER_L4;
+	end = off + p->l3_len;
 	p->key.family = FP_FAMILY_IPV6;
 	p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	copy16(p->key.src, ip6->saddr);
@@ -236,16 +247,20 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt *p,
 		case IPPROTO_HOPOPTS:
 		case IPPROTO_ROUTING:
 		case IPPROTO_DSTOPTS:
-			if ((void *)(oh + 1) > data_end)
+			if ((void *)(oh + 1) > data_end || off + sizeof(*oh) > end)
 				return PARSE_MALFORMED;
 			nexthdr = oh->nexthdr;
 			off += ((__u32)oh->hdrlen + 1) * 8;
+			if (off > end)
+				return PARSE_MALFORMED;
 			continue;
 		case IPPROTO_AH:
-			if ((void *)(oh + 1) > data_end)
+			if ((void *)(oh + 1) > data_end || off + sizeof(*oh) > end)
 				return PARSE_MALFORMED;
 			nexthdr = oh->nexthdr;
 			off += ((__u32)oh->hdrlen + 2) * 4;
+			if (off > end)
+				return PARSE_MALFORMED;
 			continue;
 		case IPPROTO_FRAGMENT:
 			return PARSE_FRAGMENT;
@@ -262,7 +277,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct pkt *p,
 		return PARSE_OTHER_L4;
 	}
 	p->key.proto = nexthdr;
-	return parse_l4(data, data_end, p, off);
+	return parse_l4(data, data_end, p, off, end);
 }
 
 /*

@@ -84,21 +84,22 @@ struct {
 } fp_nexthops SEC(".maps");
 
 /*
- * Per-CPU scratch space for bpf_fib_lookup's argument, which is too big for
- * the stack of a program that inlines every lookup. An opaque value: user
- * space never reads it.
+ * Per-CPU scratch space for what does not fit the 512-byte stack of a
+ * program that inlines nearly everything: bpf_fib_lookup's argument, and
+ * the key of a NAT mapping being refreshed (never both at once). An opaque
+ * value: user space never reads it.
  */
-struct fib_scratch {
+struct scratch {
 	__u8 bytes[sizeof(struct bpf_fib_lookup)];
 };
 
-/* Per-CPU scratch space for struct bpf_fib_lookup (see struct fib_scratch). */
+/* Per-CPU scratch space (see struct scratch). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct fib_scratch);
-} fp_scratch_fib SEC(".maps");
+	__type(value, struct scratch);
+} fp_scratch SEC(".maps");
 
 /* Packets and bytes per VIP ID, per CPU. */
 struct {

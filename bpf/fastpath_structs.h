@@ -170,8 +170,9 @@ struct nexthop {
 	__u64 expires;
 	/* The ingress interface the lookup was made for. */
 	__u32 ingress;
-	/* The egress interface and its MTU. */
+	/* The egress interface. */
 	__u32 ifindex;
+	/* The longest L3 length the FIB accepted for this next hop. */
 	__u32 mtu;
 	__u8 smac[6] __attribute__((aligned(2)));
 	__u8 dmac[6] __attribute__((aligned(2)));
@@ -217,6 +218,7 @@ enum fp_counter {
 	FP_C_DROP_FAMILY,
 	FP_C_DROP_NO_NODE_ADDR,
 	FP_C_DROP_FIB,
+	FP_C_DROP_RST_NO_STATE,
 	FP_C_MAX,
 };
 

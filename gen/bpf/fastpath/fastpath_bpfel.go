@@ -49,11 +49,6 @@ type FastpathCtValue struct {
 	Hash      uint32
 }
 
-type FastpathFibScratch struct {
-	_     structs.HostLayout
-	Bytes [64]uint8
-}
-
 type FastpathFlowKey struct {
 	_      structs.HostLayout
 	Src    [16]uint8
@@ -109,7 +104,8 @@ const (
 	FastpathFpCounterFP_C_DROP_FAMILY          FastpathFpCounter = 26
 	FastpathFpCounterFP_C_DROP_NO_NODE_ADDR    FastpathFpCounter = 27
 	FastpathFpCounterFP_C_DROP_FIB             FastpathFpCounter = 28
-	FastpathFpCounterFP_C_MAX                  FastpathFpCounter = 29
+	FastpathFpCounterFP_C_DROP_RST_NO_STATE    FastpathFpCounter = 29
+	FastpathFpCounterFP_C_MAX                  FastpathFpCounter = 30
 )
 
 type FastpathFpEnums struct {
@@ -187,6 +183,11 @@ type FastpathNodeConfig struct {
 	Flags             uint32
 }
 
+type FastpathScratch struct {
+	_     structs.HostLayout
+	Bytes [64]uint8
+}
+
 type FastpathVipInfo struct {
 	_       structs.HostLayout
 	Id      uint32
@@ -216,7 +217,7 @@ const (
 	FastpathMapFpMaglev          = "fp_maglev"
 	FastpathMapFpNat             = "fp_nat"
 	FastpathMapFpNexthops        = "fp_nexthops"
-	FastpathMapFpScratchFib      = "fp_scratch_fib"
+	FastpathMapFpScratch         = "fp_scratch"
 	FastpathMapFpTxPorts         = "fp_tx_ports"
 	FastpathMapFpVipStats        = "fp_vip_stats"
 	FastpathMapFpVips            = "fp_vips"
@@ -283,7 +284,7 @@ type FastpathMapSpecs struct {
 	FpMaglev       *ebpf.MapSpec `ebpf:"fp_maglev"`
 	FpNat          *ebpf.MapSpec `ebpf:"fp_nat"`
 	FpNexthops     *ebpf.MapSpec `ebpf:"fp_nexthops"`
-	FpScratchFib   *ebpf.MapSpec `ebpf:"fp_scratch_fib"`
+	FpScratch      *ebpf.MapSpec `ebpf:"fp_scratch"`
 	FpTxPorts      *ebpf.MapSpec `ebpf:"fp_tx_ports"`
 	FpVipStats     *ebpf.MapSpec `ebpf:"fp_vip_stats"`
 	FpVips         *ebpf.MapSpec `ebpf:"fp_vips"`
@@ -326,7 +327,7 @@ type FastpathMaps struct {
 	FpMaglev       *ebpf.Map `ebpf:"fp_maglev"`
 	FpNat          *ebpf.Map `ebpf:"fp_nat"`
 	FpNexthops     *ebpf.Map `ebpf:"fp_nexthops"`
-	FpScratchFib   *ebpf.Map `ebpf:"fp_scratch_fib"`
+	FpScratch      *ebpf.Map `ebpf:"fp_scratch"`
 	FpTxPorts      *ebpf.Map `ebpf:"fp_tx_ports"`
 	FpVipStats     *ebpf.Map `ebpf:"fp_vip_stats"`
 	FpVips         *ebpf.Map `ebpf:"fp_vips"`
@@ -342,7 +343,7 @@ func (m *FastpathMaps) Close() error {
 		m.FpMaglev,
 		m.FpNat,
 		m.FpNexthops,
-		m.FpScratchFib,
+		m.FpScratch,
 		m.FpTxPorts,
 		m.FpVipStats,
 		m.FpVips,
