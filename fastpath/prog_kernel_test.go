@@ -24,9 +24,8 @@ import (
 // is forwarded by the kernel. A DSR frame's outer source is the node's own
 // address, and IPv4 drops a received packet with a local source address as
 // a martian (fib_validate_source) unless accept_local is set on the
-// ingress interface, with reverse-path filtering loose at most; the agent
-// sets both on the interfaces it attaches to (datapath.PrepareInterfaces),
-// and so does this test.
+// ingress interface; the agent sets it on the interfaces it attaches to
+// (datapath.PrepareInterfaces), and so does this test.
 func TestProgPassedFramesReachBackend(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

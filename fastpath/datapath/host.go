@@ -44,16 +44,16 @@ func reservePorts(lo, hi uint16) error {
 // the program has already rewritten but hands to the kernel (no neighbour
 // entry yet, or an egress interface without XDP) carries the node's own
 // address as its IPv4 source (SNAT, or the outer header of DSR), which the
-// kernel drops as a "martian source" unless accept_local is on and reverse
-// path filtering is at most loose (2, the highest value, so the effective
-// max(all, interface) is loose whatever "all" says); IPv6 has no such check.
+// kernel drops as a "martian source" unless accept_local is on; IPv6 has no
+// such check. Reverse-path filtering is left as the host has it (loosening
+// it would drop DSR replies from the VIP routed back through this node when
+// the VIP has no route here); strict filtering (rp_filter=1) may still drop
+// those frames until the neighbour is resolved.
 func PrepareInterfaces(ifnames []string) error {
 	for _, name := range ifnames {
-		for _, kv := range [][2]string{{"accept_local", "1"}, {"rp_filter", "2"}} {
-			path := "/proc/sys/net/ipv4/conf/" + name + "/" + kv[0]
-			if err := os.WriteFile(path, []byte(kv[1]), 0o644); err != nil {
-				return fmt.Errorf("let the kernel forward frames with the node's own source address on %s (%s=%s): %w", name, path, kv[1], err)
-			}
+		path := "/proc/sys/net/ipv4/conf/" + name + "/accept_local"
+		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("let the kernel forward frames with the node's own source address on %s (%s): %w", name, path, err)
 		}
 	}
 	return nil
