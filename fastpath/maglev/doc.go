@@ -17,8 +17,12 @@
 // permutation, so a backend keeps its preferences however the list is
 // ordered. M must be prime so that every skip in [1, M−1] is coprime with M
 // and each permutation visits every slot exactly once. Permutations are
-// walked incrementally (add skip, subtract M on overflow); no per-backend
-// M-sized array is ever built.
+// walked incrementally, in 64-bit fixed point: the position j is kept as
+// (off + j·skip)/M scaled by 2^64, so that the wrap around M is a free
+// integer overflow and a step is one addition; no per-backend M-sized
+// array is ever built. Once few slots are free, a claim scans them for the
+// one earliest in the claimant's permutation instead of walking to it;
+// both find the same slot, so the choice changes only the speed.
 //
 // # Quotas (weights)
 //

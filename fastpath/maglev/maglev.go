@@ -1,6 +1,8 @@
 package maglev
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -74,23 +76,46 @@ type Builder struct {
 	m uint32
 
 	bs      []Backend        // the input, sorted by key
+	keys    []sortKey        // for sortByKey
 	idDense []int32          // ID → index+1 (0: absent), for small IDs
-	idMap   map[uint32]int32 // ID → index, when some ID is large
-	count   []uint32         // slots owned in the previous table
+	idMap   map[uint32]int32 // ID → index+1, when some ID is large
+	tally   []uint32         // tally[i+1]: slots backend i owns in prev; tally[0]: slots of non-members
+	owner   []uint32         // owner[s]: index+1 of the backend owning prev[s], 0 if none
+	state   []uint8          // what keep does with the slots of backend index+1
 	quota   []uint32
 	need    []uint32 // slots still to claim
 	rem     []uint64 // remainder of the quota division
 	rank    []int32
-	offset  []uint32
-	skip    []uint32 // 0 until the permutation is computed
-	next    []uint32 // next slot along the permutation
+	perms   []perm
 	used    []uint64 // occupied slots, one bit each
-	inv     []uint32 // skip⁻¹ mod M; 0 until computed
 	tail    []uint32 // the free slots, once few are left
 	over    []overSlot
-	active  []int32
+	walkers []walker
 	digest  xxhash.Digest
-	barrett uint64 // ⌊(2^64−1)/M⌋, for mulMod
+	mod     divisor // by M
+	skips   divisor // by M−1, for the skips
+	q64     uint64  // ⌊2^64/M⌋, for fixed
+	r64     uint64  // 2^64 mod M
+}
+
+// perm is a backend's permutation: slot(j) = (off + j·skip) mod M.
+type perm struct {
+	off  uint32
+	skip uint32 // 0 until computed
+	inv  uint32 // skip⁻¹ mod M; 0 until computed
+}
+
+// walker is a backend's state during the fill. The fields a claim needs
+// sit together, so that a claim reads one small struct rather than one
+// cache line in each of half a dozen per-backend slices.
+type walker struct {
+	q    uint64 // next position along the permutation, in fixed point (see fixedWalk)
+	s    uint64 // skip in fixed point
+	id   uint32
+	per  uint32 // ⌊need/R⌋: slots claimed in every round
+	frac uint32 // need mod R
+	acc  uint32 // r·frac mod R before round r
+	idx  int32  // index in b.bs
 }
 
 // overSlot is a slot of an over-quota backend, with its position in that
@@ -101,6 +126,13 @@ type overSlot struct {
 	slot  uint32
 }
 
+// What keep does with the previous slots of a backend.
+const (
+	slotFree = iota // not a member, or a member without quota: free the slots
+	slotKeep        // within its quota: keep every slot
+	slotOver        // over its quota: keep the earliest in its permutation
+)
+
 // NewBuilder returns a Builder of tables of size m; 0 means DefaultSize.
 // The size must be a prime no larger than MaxSize.
 func NewBuilder(m uint32) (*Builder, error) {
@@ -110,7 +142,8 @@ func NewBuilder(m uint32) (*Builder, error) {
 	if m > MaxSize || !isPrime(m) {
 		return nil, fmt.Errorf("size %d is not a prime in [2, %d]: %w", m, MaxSize, ErrInvalidSize)
 	}
-	return &Builder{m: m, barrett: ^uint64(0) / uint64(m)}, nil
+	q64, r64 := bits.Div64(1, 0, uint64(m))
+	return &Builder{m: m, mod: newDivisor(uint64(m)), skips: newDivisor(uint64(m - 1)), q64: q64, r64: r64}, nil
 }
 
 // Size returns the table size M.
@@ -150,23 +183,22 @@ func (b *Builder) BuildFrom(prev Table, backends []Backend) (Table, error) {
 	if len(prev) != int(b.m) {
 		prev = nil
 	}
-	n := len(b.bs)
-	for i := range n {
-		b.count[i] = 0
-	}
-	for _, id := range prev {
-		if i := b.index(id); i >= 0 {
-			b.count[i]++
-		}
+	clear(b.tally)
+	if prev != nil {
+		b.count(prev)
 	}
 	b.quotas()
-	out := make(Table, b.m)
-	clear(b.used)
-	for i := range n {
-		b.need[i] = b.quota[i]
-	}
+	var out Table
 	if prev != nil {
-		b.keep(prev, out)
+		// A kept slot keeps prev's ID and the fill writes every free slot,
+		// so the table starts as a copy of prev; Clone, unlike make, does
+		// not zero the memory first.
+		out = slices.Clone(prev)
+		b.keep()
+	} else {
+		out = make(Table, b.m)
+		clear(b.used)
+		copy(b.need, b.quota)
 	}
 	b.fill(out)
 	return out, nil
@@ -175,10 +207,7 @@ func (b *Builder) BuildFrom(prev Table, backends []Backend) (Table, error) {
 // load validates backends and sorts a copy of them by key into b.bs,
 // sizing the scratch space and indexing IDs.
 func (b *Builder) load(backends []Backend) error {
-	b.bs = append(b.bs[:0], backends...)
-	// Keys are unique (checked below), so the order is total and the same
-	// everywhere; the stable sort is belt and braces.
-	slices.SortStableFunc(b.bs, func(x, y Backend) int { return strings.Compare(x.Key, y.Key) })
+	b.sortByKey(backends)
 	n := len(b.bs)
 	var live, maxID uint32
 	for i, be := range b.bs {
@@ -199,18 +228,14 @@ func (b *Builder) load(backends []Backend) error {
 	if live > b.m {
 		return fmt.Errorf("%d backends of non-zero weight for %d slots: %w", live, b.m, ErrTooManyBackends)
 	}
-	b.count = grow(b.count, n)
+	b.tally = grow(b.tally, n+1)
+	b.state = grow(b.state, n+1)
 	b.quota = grow(b.quota, n)
 	b.need = grow(b.need, n)
 	b.rem = grow(b.rem, n)
-	b.offset = grow(b.offset, n)
-	b.skip = grow(b.skip, n)
-	b.next = grow(b.next, n)
+	b.perms = grow(b.perms, n)
 	b.used = grow(b.used, int(b.m+63)/64)
-	b.inv = grow(b.inv, n)
-	for i := range n {
-		b.skip[i], b.inv[i] = 0, 0
-	}
+	clear(b.perms)
 	if maxID < denseIDLimit {
 		b.idMap = nil
 		b.idDense = grow(b.idDense, int(maxID)+1)
@@ -230,11 +255,53 @@ func (b *Builder) load(backends []Backend) error {
 	b.idMap = make(map[uint32]int32, n)
 	for i, be := range b.bs {
 		if j, dup := b.idMap[be.ID]; dup {
-			return fmt.Errorf("duplicate ID %d (keys %q and %q): %w", be.ID, b.bs[j].Key, be.Key, ErrInvalidBackend)
+			return fmt.Errorf("duplicate ID %d (keys %q and %q): %w", be.ID, b.bs[j-1].Key, be.Key, ErrInvalidBackend)
 		}
-		b.idMap[be.ID] = int32(i)
+		b.idMap[be.ID] = int32(i) + 1
 	}
 	return nil
+}
+
+// sortByKey sets b.bs to backends sorted by key.
+//
+// It sorts the keys' first 16 bytes as two integers and compares whole
+// strings only where those are equal: most comparisons are then two
+// integer compares rather than a call comparing strings, which takes
+// about 40% off the sort. An unstable sort is enough: a build with two
+// equal keys fails, and unique keys have only one order.
+func (b *Builder) sortByKey(backends []Backend) {
+	b.keys = b.keys[:0]
+	for i, be := range backends {
+		var buf [16]byte
+		copy(buf[:], be.Key)
+		b.keys = append(b.keys, sortKey{
+			hi: binary.BigEndian.Uint64(buf[:8]),
+			lo: binary.BigEndian.Uint64(buf[8:]),
+			i:  int32(i),
+		})
+	}
+	slices.SortFunc(b.keys, func(x, y sortKey) int {
+		switch {
+		case x.hi != y.hi:
+			return cmp.Compare(x.hi, y.hi)
+		case x.lo != y.lo:
+			return cmp.Compare(x.lo, y.lo)
+		}
+		// The zero padding makes "a" and "a\x00" equal here, so this is
+		// needed for short keys too.
+		return strings.Compare(backends[x.i].Key, backends[y.i].Key)
+	})
+	b.bs = b.bs[:0]
+	for _, k := range b.keys {
+		b.bs = append(b.bs, backends[k.i])
+	}
+}
+
+// sortKey is a backend's key's first 16 bytes, big-endian and padded with
+// zeros, and the backend's index in the input.
+type sortKey struct {
+	hi, lo uint64
+	i      int32
 }
 
 // unindex clears the dense ID index so the next build starts from zeros
@@ -248,19 +315,31 @@ func (b *Builder) unindex() {
 	}
 }
 
-// index returns the position in b.bs of the backend with the given ID, or
-// -1 if there is none.
-func (b *Builder) index(id uint32) int {
+// count records in b.owner the backend owning each slot of prev and in
+// b.tally how many slots each backend owns, so that keep reads the owner
+// instead of looking each ID up a second time.
+func (b *Builder) count(prev Table) {
+	b.owner = grow(b.owner, len(prev))
+	owner, tally := b.owner[:len(prev)], b.tally
 	if b.idMap != nil {
-		if i, ok := b.idMap[id]; ok {
-			return int(i)
+		for s, id := range prev {
+			k := b.idMap[id] // 0 when absent
+			owner[s] = uint32(k)
+			tally[k]++
 		}
-		return -1
+		return
 	}
-	if int(id) < len(b.idDense) {
-		return int(b.idDense[id]) - 1
+	dense := b.idDense
+	for s, id := range prev {
+		var k int32
+		if id < uint32(len(dense)) {
+			k = dense[id]
+		}
+		owner[s] = uint32(k)
+		// Non-members land in tally[0]: no branch on membership, which
+		// is as unpredictable as the IDs are mixed.
+		tally[k]++
 	}
-	return -1
 }
 
 // quotas sets b.quota: the floor of each backend's share, plus one for
@@ -273,12 +352,12 @@ func (b *Builder) quotas() {
 	m := uint64(b.m)
 	left := m
 	b.rank = b.rank[:0]
+	byTotal := newDivisor(total)
 	for i, be := range b.bs {
-		// m ≤ 2^24 and the weight < 2^32: the product fits.
-		share := m * uint64(be.Weight)
-		b.quota[i] = uint32(share / total)
-		b.rem[i] = share % total
-		left -= uint64(b.quota[i])
+		// m ≤ 2^24 and the weight < 2^32: the product fits in 56 bits.
+		q, r := byTotal.divMod(m * uint64(be.Weight))
+		b.quota[i], b.rem[i] = uint32(q), r
+		left -= q
 		if b.rem[i] > 0 {
 			b.rank = append(b.rank, int32(i))
 		}
@@ -290,8 +369,9 @@ func (b *Builder) quotas() {
 	// backends have one. Lineage first: a backend that already owns more
 	// than its floor keeps the extra slot instead of moving it. Then the
 	// largest remainder, then the key (the index).
+	count := b.tally[1:]
 	slices.SortFunc(b.rank, func(x, y int32) int {
-		sx, sy := b.count[x] > b.quota[x], b.count[y] > b.quota[y]
+		sx, sy := count[x] > b.quota[x], count[y] > b.quota[y]
 		if sx != sy {
 			if sx {
 				return -1
@@ -311,55 +391,84 @@ func (b *Builder) quotas() {
 	}
 }
 
-// perm computes backend i's permutation if it has not been yet.
-func (b *Builder) perm(i int) {
-	if b.skip[i] != 0 {
-		return
+// perm returns backend i's permutation, computing it on first use: a
+// rebuild that moves few slots hashes only the few backends involved.
+func (b *Builder) perm(i int) *perm {
+	p := &b.perms[i]
+	if p.skip != 0 {
+		return p
 	}
 	key := b.bs[i].Key
 	b.digest.ResetWithSeed(offsetSeed)
 	_, _ = b.digest.WriteString(key)
-	off := uint32(b.digest.Sum64() % uint64(b.m))
+	p.off = uint32(b.mod.mod(b.digest.Sum64()))
 	b.digest.ResetWithSeed(skipSeed)
 	_, _ = b.digest.WriteString(key)
-	var skip uint32 = 1
+	p.skip = 1
 	if b.m > 2 {
-		skip = uint32(b.digest.Sum64()%uint64(b.m-1)) + 1
+		p.skip = uint32(b.skips.mod(b.digest.Sum64())) + 1
 	}
-	b.offset[i], b.skip[i], b.next[i] = off, skip, off
+	return p
 }
 
-// keep copies into out the slots of prev whose owners stay within their
-// quotas, marks them used and lowers the owners' needs. An over-quota
-// backend keeps the slots earliest in its permutation.
-func (b *Builder) keep(prev, out Table) {
+// inverse returns skip⁻¹ mod M for permutation p, computing it on first
+// use.
+func (b *Builder) inverse(p *perm) uint32 {
+	if p.inv == 0 {
+		// Fermat: M is prime.
+		p.inv = uint32(b.powMod(uint64(p.skip), uint64(b.m)-2))
+	}
+	return p.inv
+}
+
+// keep marks used the slots of prev (recorded in b.owner) whose owners stay
+// within their quotas and sets every backend's need. An over-quota backend
+// keeps the slots earliest in its permutation. The table is already a copy
+// of prev, so kept slots need no write.
+func (b *Builder) keep() {
+	n := len(b.bs)
+	count, state := b.tally[1:], b.state
+	state[0] = slotFree
+	for i := range n {
+		c, q := count[i], b.quota[i]
+		switch {
+		case q == 0:
+			state[i+1], b.need[i] = slotFree, 0
+		case c <= q:
+			state[i+1], b.need[i] = slotKeep, q-c
+		default:
+			// Lowered to 0 below as the kept slots are chosen.
+			state[i+1], b.need[i] = slotOver, q
+		}
+	}
 	b.over = b.over[:0]
-	for s, id := range prev {
-		i := b.index(id)
-		if i < 0 || b.quota[i] == 0 {
-			continue
+	m := int(b.m)
+	owner := b.owner[:m]
+	for w := range b.used {
+		// Build each bitmap word in a register, shifting the slots in
+		// from the top down: setting bits in memory slot by slot would
+		// chain every slot on the previous store, and a shift by s&63
+		// would tie up the shift-count register.
+		var word uint64
+		for s := min(w*64+64, m) - 1; s >= w*64; s-- {
+			k := owner[s]
+			st := state[k]
+			word = word<<1 | uint64(st&slotKeep)
+			if st == slotOver {
+				b.over = append(b.over, overSlot{owner: int32(k) - 1, slot: uint32(s)})
+			}
 		}
-		if b.count[i] > b.quota[i] {
-			b.over = append(b.over, overSlot{owner: int32(i), slot: uint32(s)})
-			continue
-		}
-		b.take(out, uint32(s), i)
+		b.used[w] = word
 	}
 	if len(b.over) == 0 {
 		return
 	}
-	m := uint64(b.m)
+	mm := uint64(b.m)
 	for k := range b.over {
 		o := &b.over[k]
-		i := int(o.owner)
-		if b.skip[i] == 0 {
-			b.perm(i)
-			// skip⁻¹ mod M by Fermat (M is prime).
-			b.inv[i] = uint32(b.powMod(uint64(b.skip[i]), m-2))
-		}
-		// Position j solves offset + j·skip ≡ slot (mod M).
-		d := (uint64(o.slot) + m - uint64(b.offset[i])) % m
-		o.pos = uint32(b.mulMod(d, uint64(b.inv[i])))
+		p := b.perm(int(o.owner))
+		// Position j solves off + j·skip ≡ slot (mod M).
+		o.pos = uint32(b.mulMod(uint64(o.slot)+mm-uint64(p.off), uint64(b.inverse(p))))
 	}
 	slices.SortFunc(b.over, func(x, y overSlot) int {
 		if x.owner != y.owner {
@@ -369,45 +478,51 @@ func (b *Builder) keep(prev, out Table) {
 	})
 	for _, o := range b.over {
 		if b.need[o.owner] > 0 {
-			b.take(out, o.slot, int(o.owner))
+			b.used[o.slot>>6] |= 1 << (o.slot & 63)
+			b.need[o.owner]--
 		}
 	}
-}
-
-// take gives slot s to backend i.
-func (b *Builder) take(out Table, s uint32, i int) {
-	out[s] = b.bs[i].ID
-	b.used[s>>6] |= 1 << (s & 63)
-	b.need[i]--
 }
 
 // fill gives every free slot of out to the backends still short of their
 // quotas, in population rounds along their permutations.
 func (b *Builder) fill(out Table) {
-	b.active = b.active[:0]
-	var free uint64
-	for i := range b.bs {
-		if b.need[i] > 0 {
-			b.active = append(b.active, int32(i))
-			free += uint64(b.need[i])
-			b.perm(i)
-			b.next[i] = b.offset[i]
+	ws := b.walkers[:0]
+	var free uint32 // ≤ M
+	for i, d := range b.need {
+		if d == 0 {
+			continue
 		}
+		p := b.perm(i)
+		q, s := b.fixedWalk(p.off, p.skip)
+		ws = append(ws, walker{q: q, s: s, id: b.bs[i].ID, per: d, idx: int32(i)})
+		free += d
 	}
+	b.walkers = ws
+	b.tail = b.tail[:0] // claimTail lists the free slots when it finds it empty
 	if free == 0 {
 		return
 	}
-	rounds := (free + uint64(len(b.active)) - 1) / uint64(len(b.active))
-	// need is not lowered here: it is each backend's total for the rounds.
-	for r := range rounds {
-		for _, i := range b.active {
-			d := uint64(b.need[i])
-			c := (r+1)*d/rounds - r*d/rounds
-			for ; c > 0; c-- {
-				if free <= tailSlots {
-					b.claimTail(out, int(i), free)
+	rounds := (free + uint32(len(ws)) - 1) / uint32(len(ws))
+	// In round r a backend claims ⌊(r+1)·d/R⌋ − ⌊r·d/R⌋ slots, which is
+	// ⌊d/R⌋ plus one when (r·(d mod R)) mod R + d mod R reaches R. Keeping
+	// that sum per backend (claims) replaces two 64-bit divisions per
+	// backend and round by an add and a compare.
+	for k := range ws {
+		ws[k].per, ws[k].frac = ws[k].per/rounds, ws[k].per%rounds
+	}
+	f := filler{used: b.used, out: out, m: uint64(b.m)}
+	r, free := f.walkRounds(ws, rounds, free)
+	// The last claims, one at a time: walking while many slots are free,
+	// scanning the free slots once few are.
+	for ; r < rounds; r++ {
+		for k := range ws {
+			w := &ws[k]
+			for c := w.claims(rounds); c > 0; c-- {
+				if free > tailSlots {
+					f.walk(w, 1)
 				} else {
-					b.claimWalk(out, int(i))
+					b.claimTail(out, w)
 				}
 				free--
 			}
@@ -415,79 +530,152 @@ func (b *Builder) fill(out Table) {
 	}
 }
 
+// claims returns the number of slots w claims in the next of R rounds.
+func (w *walker) claims(rounds uint32) uint32 {
+	acc, c := w.acc+w.frac, w.per
+	if acc >= rounds {
+		acc -= rounds
+		c++
+	}
+	w.acc = acc
+	return c
+}
+
+// filler holds what a walk along a permutation needs.
+type filler struct {
+	used []uint64
+	out  Table
+	m    uint64
+}
+
+// walkRounds runs whole rounds from the first on while a round cannot
+// bring the free slots below tailSlots, and returns the next round and the
+// number of free slots left.
+func (f *filler) walkRounds(ws []walker, rounds, free uint32) (uint32, uint32) {
+	var most uint32 // the most slots a round claims
+	for k := range ws {
+		most += ws[k].per + 1
+	}
+	for r := range rounds {
+		if free < tailSlots+most {
+			return r, free
+		}
+		for k := range ws {
+			c := ws[k].claims(rounds)
+			f.walk(&ws[k], c)
+			free -= c
+		}
+	}
+	return rounds, free
+}
+
+// walk gives w's backend the next c free slots along its permutation.
+//
+// It is kept out of line: inlined into the loops over the rounds, it
+// leaves the compiler short of registers, and the values it then keeps
+// on the stack are reloaded on every step of the permutation.
+//
+//go:noinline
+func (f *filler) walk(w *walker, c uint32) {
+	used, out, m := f.used, f.out, f.m
+	q, s, id := w.q, w.s, w.id
+	for ; c > 0; c-- {
+		pos, _ := bits.Mul64(q, m)
+		for used[pos>>6]&(1<<(pos&63)) != 0 {
+			q += s
+			pos, _ = bits.Mul64(q, m)
+		}
+		used[pos>>6] |= 1 << (pos & 63)
+		out[pos] = id
+		q += s
+	}
+	w.q = q
+}
+
+// fixedWalk returns the start q and the step s of the walk along the
+// permutation slot(j) = (off + j·skip) mod M in fixed point: slot(j) is
+// the integer part of q_j·M/2^64, where q_j = q + j·s mod 2^64.
+//
+// The plain walk adds skip and subtracts M when the sum reaches M; that
+// compare-and-subtract (or the branch it replaces) sits on the chain of
+// dependent steps and sets the pace of the whole fill. In fixed point
+// the wrap around M is the free overflow of a uint64, a step is a single
+// addition, and the multiplication that yields the slot is off that
+// chain.
+//
+// Exactness: s = ⌊skip·2^64/M⌋ is at most 1 below skip·2^64/M, and q
+// starts at ⌈off·2^64/M⌉ + 2^32. So for every j < M ≤ 2^24, q_j exceeds
+// the exact slot(j)·2^64/M by more than 0 and at most 2^32+1, which is
+// less than 2^-7 of a slot's 2^64/M ≥ 2^40: the integer part is slot(j).
+// A walk never reaches j = M: every slot before its position is taken,
+// so a backend still short of its quota finds a free one before.
+func (b *Builder) fixedWalk(off, skip uint32) (q, s uint64) {
+	q, exact := b.fixed(off)
+	if !exact {
+		q++
+	}
+	s, _ = b.fixed(skip)
+	return q + 1<<32, s
+}
+
+// fixed returns ⌊x·2^64/M⌋ for x < M, and whether it is exact. With
+// 2^64 = q64·M + r64 it is x·q64 + ⌊x·r64/M⌋, where x·r64 < 2^48: no
+// 128-bit division.
+func (b *Builder) fixed(x uint32) (uint64, bool) {
+	q, r := b.mod.divMod(uint64(x) * b.r64)
+	return uint64(x)*b.q64 + q, r == 0
+}
+
 // tailSlots is the number of free slots below which a claim scans the free
 // slots rather than walking the permutation: walking costs about M/free
 // probes, scanning about free multiplications, and both find the same slot.
-const tailSlots = 256
+const tailSlots = 192
 
-// claimWalk gives backend i the next free slot along its permutation.
-func (b *Builder) claimWalk(out Table, i int) {
-	m, used := b.m, b.used
-	pos, skip := b.next[i], b.skip[i]
-	back := m - skip // pos + skip − m, computed without the wrap test
-	for {
-		w := used[pos>>6]&(1<<(pos&63)) != 0
-		nxt := pos + skip
-		if nxt >= m {
-			nxt = pos - back
-		}
-		if !w {
-			used[pos>>6] |= 1 << (pos & 63)
-			out[pos] = b.bs[i].ID
-			b.next[i] = nxt
-			return
-		}
-		pos = nxt
-	}
-}
-
-// claimTail gives backend i the free slot earliest in its permutation,
-// found among the free slots by their positions j = (s − offset)·skip⁻¹
-// mod M. Every slot of the permutation before b.next[i] is taken, so this
-// is the slot claimWalk would find.
-func (b *Builder) claimTail(out Table, i int, free uint64) {
-	if uint64(len(b.tail)) != free {
+// claimTail gives w's backend the free slot earliest in its permutation.
+// Every slot of the permutation before the walk's position is taken, so
+// this is the slot the walk would find.
+//
+// The position of slot s in the permutation is j = (s − off)·skip⁻¹ mod
+// M. Scaled to fixed point, j·2^64/M is (s + M − off)·v mod 2^64 with
+// v = ⌈skip⁻¹·2^64/M⌉, give or take less than 2M: one multiplication per
+// free slot instead of a reduction modulo M. Positions 2^64/M ≥ 2^40
+// apart stay in order under so small an excess (v exceeds the exact
+// value by less than 1, times s + M − off < 2M), so the smallest product
+// is the earliest position.
+func (b *Builder) claimTail(out Table, w *walker) {
+	if len(b.tail) == 0 {
 		// First tail claim: list the free slots.
-		b.tail = b.tail[:0]
-		for w, word := range b.used {
+		for i, word := range b.used {
 			for x := ^word; x != 0; x &= x - 1 {
-				if s := uint32(w*64 + bits.TrailingZeros64(x)); s < b.m {
+				if s := uint32(i*64 + bits.TrailingZeros64(x)); s < b.m {
 					b.tail = append(b.tail, s)
 				}
 			}
 		}
 	}
+	p := &b.perms[w.idx]
 	m := uint64(b.m)
-	if b.inv[i] == 0 {
-		b.inv[i] = uint32(b.powMod(uint64(b.skip[i]), m-2))
+	v, exact := b.fixed(b.inverse(p))
+	if !exact {
+		v++
 	}
-	inv, off := uint64(b.inv[i]), uint64(b.offset[i])
-	best, bestPos := 0, m
+	base := (m - uint64(p.off)) * v
+	best, bestKey := 0, ^uint64(0)
 	for k, s := range b.tail {
-		d := uint64(s) + m - off
-		if d >= m {
-			d -= m
-		}
-		if p := b.mulMod(d, inv); p < bestPos {
-			best, bestPos = k, p
+		if key := uint64(s)*v + base; key < bestKey {
+			best, bestKey = k, key
 		}
 	}
 	s := b.tail[best]
 	b.tail[best] = b.tail[len(b.tail)-1]
 	b.tail = b.tail[:len(b.tail)-1]
 	b.used[s>>6] |= 1 << (s & 63)
-	out[s] = b.bs[i].ID
+	out[s] = w.id
 }
 
-// mulMod returns x·y mod M for x, y < M by Barrett reduction (no
-// division): x·y < 2^48, so the estimated quotient is at most one short.
+// mulMod returns x·y mod M for x < 2M and y < M.
 func (b *Builder) mulMod(x, y uint64) uint64 {
-	p := x * y
-	q, _ := bits.Mul64(p, b.barrett)
-	r := p - q*uint64(b.m)
-	if r >= uint64(b.m) {
-		r -= uint64(b.m)
-	}
+	_, r := b.mod.divMod(x * y) // < 2^49
 	return r
 }
 
@@ -500,6 +688,37 @@ func (b *Builder) powMod(x, e uint64) uint64 {
 		}
 		x = b.mulMod(x, x)
 	}
+	return r
+}
+
+// divisor divides by a fixed d without a DIV instruction, which takes
+// tens of cycles: for x < 2^57 the quotient estimate ⌊x·⌊(2^64−1)/d⌋/2^64⌋
+// errs by less than 2x/2^64 < 2^-6, so it is exact or one short, and one
+// compare corrects it.
+type divisor struct {
+	d, inv uint64
+	p32    uint64 // 2^32 mod d
+}
+
+func newDivisor(d uint64) divisor {
+	return divisor{d: d, inv: ^uint64(0) / d, p32: (1 << 32) % d}
+}
+
+// divMod returns x/d and x mod d for x < 2^57.
+func (v divisor) divMod(x uint64) (q, r uint64) {
+	q, _ = bits.Mul64(x, v.inv)
+	r = x - q*v.d
+	if r >= v.d {
+		q++
+		r -= v.d
+	}
+	return q, r
+}
+
+// mod returns x mod d for any x, when d < 2^24: x = h·2^32 + l is
+// congruent to h·(2^32 mod d) + l, which is below 2^57.
+func (v divisor) mod(x uint64) uint64 {
+	_, r := v.divMod(x>>32*v.p32 + x&(1<<32-1))
 	return r
 }
 
