@@ -8,7 +8,8 @@
 #ifndef NOVAEDGE_BENCH_CSUM_H
 #define NOVAEDGE_BENCH_CSUM_H
 
-#include "include/bench_uapi.h"
+#include "include/uapi.h"
+#include "include/net.h"
 #include "include/bpf_helpers.h"
 
 /* bench_csum_fold folds a 32-bit one's complement sum into 16 bits. */

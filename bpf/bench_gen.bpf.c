@@ -6,7 +6,8 @@
  * veth, so every run sends real frames to the node under test. Kernel pktgen
  * is not needed.
  */
-#include "include/bench_uapi.h"
+#include "include/uapi.h"
+#include "include/net.h"
 #include "include/bpf_helpers.h"
 #include "bench_consts.h"
 #include "bench_structs.h"
@@ -55,8 +56,8 @@ static __always_inline void set_flow(void *data, __u32 i)
 	__u32 span = gen_cfg.sport_span ? gen_cfg.sport_span : 1;
 	__be32 old_saddr = ip->saddr;
 	__be16 old_sport = *sport;
-	__be32 new_saddr = bench_htonl(bench_ntohl(old_saddr) + i / span);
-	__be16 new_sport = bench_htons(bench_ntohs(old_sport) + i % span);
+	__be32 new_saddr = fp_htonl(fp_ntohl(old_saddr) + i / span);
+	__be16 new_sport = fp_htons(fp_ntohs(old_sport) + i % span);
 	__u16 *check;
 
 	ip->saddr = new_saddr;

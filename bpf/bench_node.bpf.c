@@ -13,7 +13,8 @@
  *                      frames while native XDP_TX from the generator still
  *                      delivers to this veth.
  */
-#include "include/bench_uapi.h"
+#include "include/uapi.h"
+#include "include/net.h"
 #include "include/bpf_helpers.h"
 #include "bench_consts.h"
 #include "bench_csum.h"
@@ -66,7 +67,7 @@ int bench_node_tx_min(struct xdp_md *ctx)
 
 	if ((void *)(ip + 1) > data_end)
 		return XDP_PASS;
-	if (eth->h_proto != bench_htons(ETH_P_IP) || ip->ver_ihl != 0x45 || ip->daddr != vip)
+	if (eth->h_proto != fp_htons(ETH_P_IP) || (ip->version != 4 || ip->ihl != 5) || ip->daddr != vip)
 		return XDP_PASS;
 	if (ip->protocol == IPPROTO_TCP) {
 		struct tcphdr *tcp = l4;

@@ -6,7 +6,8 @@
  * generator namespace's stack has nothing to do with them. A native program
  * here is also what makes the node's native XDP_TX deliver on veth.
  */
-#include "include/bench_uapi.h"
+#include "include/uapi.h"
+#include "include/net.h"
 #include "include/bpf_helpers.h"
 #include "bench_consts.h"
 #include "bench_structs.h"
@@ -39,7 +40,7 @@ static __always_inline int forwarded(void *data, void *data_end)
 	/* UDP and TCP both carry the destination port at offset 2. */
 	if ((void *)(l4 + 1) > data_end)
 		return 0;
-	if (eth->h_proto != bench_htons(ETH_P_IP) || ip->ver_ihl != 0x45)
+	if (eth->h_proto != fp_htons(ETH_P_IP) || (ip->version != 4 || ip->ihl != 5))
 		return 0;
 	if (ip->protocol != IPPROTO_UDP && ip->protocol != IPPROTO_TCP)
 		return 0;

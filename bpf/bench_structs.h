@@ -6,7 +6,8 @@
 #ifndef NOVAEDGE_BENCH_STRUCTS_H
 #define NOVAEDGE_BENCH_STRUCTS_H
 
-#include "include/bench_uapi.h"
+#include "include/uapi.h"
+#include "include/net.h"
 #include "bench_consts.h"
 
 /*

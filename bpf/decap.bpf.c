@@ -20,7 +20,7 @@
  * any received packet; the outer ones are gone.
  */
 #include "include/uapi.h"
-#include "include/decap_hdrs.h"
+#include "include/net.h"
 #include "include/bpf_helpers.h"
 #include "decap_consts.h"
 #include "decap_maps.h"
@@ -65,7 +65,7 @@ static __noinline void count(enum counter idx)
 /* gue_port returns the UDP port GUE packets are sent to, network order. */
 static __always_inline __be16 gue_port(const struct config *cfg)
 {
-	return hdr_htons(cfg->gue_port ? cfg->gue_port : DECAP_DEFAULT_GUE_PORT);
+	return fp_htons(cfg->gue_port ? cfg->gue_port : DECAP_DEFAULT_GUE_PORT);
 }
 
 /*
@@ -104,7 +104,7 @@ static __always_inline int open_gue(struct encap *e, void *data_end)
 {
 	struct udphdr *udp = e->inner;
 	__u8 *first = (void *)(udp + 1);
-	__u32 len = hdr_ntohs(udp->len);
+	__u32 len = fp_ntohs(udp->len);
 
 	if (len < sizeof(*udp) || len > e->avail)
 		return -1;
@@ -112,10 +112,10 @@ static __always_inline int open_gue(struct encap *e, void *data_end)
 		return -1;
 	switch (*first >> 4) {
 	case 4:
-		e->inner_proto = hdr_htons(ETH_P_IP);
+		e->inner_proto = fp_htons(ETH_P_IP);
 		break;
 	case 6:
-		e->inner_proto = hdr_htons(ETH_P_IPV6);
+		e->inner_proto = fp_htons(ETH_P_IPV6);
 		break;
 	default:
 		return -1;
@@ -133,7 +133,7 @@ static __always_inline int open_gue(struct encap *e, void *data_end)
  */
 static __always_inline int inner_ok(const struct encap *e, void *data_end)
 {
-	if (e->inner_proto == hdr_htons(ETH_P_IP)) {
+	if (e->inner_proto == fp_htons(ETH_P_IP)) {
 		struct iphdr *ip = e->inner;
 		__u32 len;
 
@@ -141,7 +141,7 @@ static __always_inline int inner_ok(const struct encap *e, void *data_end)
 			return 0;
 		if (ip->version != 4 || ip->ihl * 4 < sizeof(*ip))
 			return 0;
-		len = hdr_ntohs(ip->tot_len);
+		len = fp_ntohs(ip->tot_len);
 		return len >= ip->ihl * 4 && len <= e->avail;
 	}
 
@@ -151,7 +151,7 @@ static __always_inline int inner_ok(const struct encap *e, void *data_end)
 		return 0;
 	if (ip6->version != 6)
 		return 0;
-	return sizeof(*ip6) + hdr_ntohs(ip6->payload_len) <= e->avail;
+	return sizeof(*ip6) + fp_ntohs(ip6->payload_len) <= e->avail;
 }
 
 /*
@@ -175,7 +175,7 @@ static __always_inline enum counter parse_ip4(void *l3, void *data_end,
 	hlen = ip->ihl * 4;
 	if (ip->version != 4 || hlen < sizeof(*ip))
 		return COUNTER_MALFORMED;
-	tot = hdr_ntohs(ip->tot_len);
+	tot = fp_ntohs(ip->tot_len);
 	if (tot < hlen || l3 + tot > data_end)
 		return COUNTER_MALFORMED;
 	/*
@@ -183,7 +183,7 @@ static __always_inline enum counter parse_ip4(void *l3, void *data_end,
 	 * outer header of each piece would leave pieces of an inner packet
 	 * that no one reassembles.
 	 */
-	if (ip->frag_off & hdr_htons(IP_MF | IP_OFFMASK))
+	if (ip->frag_off & fp_htons(IP_MF | IP_OFFMASK))
 		return COUNTER_FRAGMENT;
 
 	e->inner = l3 + hlen;
@@ -191,11 +191,11 @@ static __always_inline enum counter parse_ip4(void *l3, void *data_end,
 	e->outer_len = hlen;
 	switch (ip->protocol) {
 	case IPPROTO_IPIP:
-		e->inner_proto = hdr_htons(ETH_P_IP);
+		e->inner_proto = fp_htons(ETH_P_IP);
 		kind = COUNTER_IP4_IN_IP4;
 		break;
 	case IPPROTO_IPV6:
-		e->inner_proto = hdr_htons(ETH_P_IPV6);
+		e->inner_proto = fp_htons(ETH_P_IPV6);
 		kind = COUNTER_IP6_IN_IP4;
 		break;
 	case IPPROTO_UDP: {
@@ -238,7 +238,7 @@ static __always_inline enum counter parse_ip6(void *l3, void *data_end,
 		return COUNTER_MALFORMED;
 	if (ip6->version != 6)
 		return COUNTER_MALFORMED;
-	plen = hdr_ntohs(ip6->payload_len);
+	plen = fp_ntohs(ip6->payload_len);
 	e->inner = ip6 + 1;
 	if (e->inner + plen > data_end)
 		return COUNTER_MALFORMED;
@@ -246,11 +246,11 @@ static __always_inline enum counter parse_ip6(void *l3, void *data_end,
 	e->outer_len = sizeof(*ip6);
 	switch (ip6->nexthdr) {
 	case IPPROTO_IPV6:
-		e->inner_proto = hdr_htons(ETH_P_IPV6);
+		e->inner_proto = fp_htons(ETH_P_IPV6);
 		kind = COUNTER_IP6_IN_IP6;
 		break;
 	case IPPROTO_IPIP:
-		e->inner_proto = hdr_htons(ETH_P_IP);
+		e->inner_proto = fp_htons(ETH_P_IP);
 		kind = COUNTER_IP4_IN_IP6;
 		break;
 	case IPPROTO_UDP: {
@@ -335,7 +335,7 @@ int decap(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	proto = eth->h_proto;
-	if (proto == hdr_htons(ETH_P_8021Q)) {
+	if (proto == fp_htons(ETH_P_8021Q)) {
 		struct vlan_hdr *vlan = (void *)(eth + 1);
 
 		if ((void *)(vlan + 1) > data_end) {
@@ -346,9 +346,9 @@ int decap(struct xdp_md *ctx)
 		l2_len += sizeof(*vlan);
 	}
 
-	if (proto == hdr_htons(ETH_P_IP))
+	if (proto == fp_htons(ETH_P_IP))
 		verdict = parse_ip4(data + l2_len, data_end, cfg, &e);
-	else if (proto == hdr_htons(ETH_P_IPV6))
+	else if (proto == fp_htons(ETH_P_IPV6))
 		verdict = parse_ip6(data + l2_len, data_end, cfg, &e);
 	else
 		verdict = COUNTER_PASSED;

@@ -7,7 +7,7 @@
 #define NOVAEDGE_DECAP_MAPS_H
 
 #include "include/uapi.h"
-#include "include/decap_hdrs.h"
+#include "include/net.h"
 #include "include/bpf_helpers.h"
 #include "decap_consts.h"
 #include "decap_structs.h"

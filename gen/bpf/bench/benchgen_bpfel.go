@@ -33,6 +33,8 @@ type BenchgenXdpMd struct {
 	DataEnd        uint32
 	DataMeta       uint32
 	IngressIfindex uint32
+	RxQueueIndex   uint32
+	EgressIfindex  uint32
 }
 
 // Names of all BPF objects in the ELF.
