@@ -15,6 +15,7 @@ import (
 	"github.com/novaedge/novaedge/slowpath/endpoint"
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/lb"
+	"github.com/novaedge/novaedge/slowpath/upstream"
 )
 
 // backendState is what outlives configurations for one backend name:
@@ -35,7 +36,7 @@ type backend struct {
 	balancer  lb.Balancer
 	hash      *pb.HashPolicy
 	endpoints []*endpoint.Endpoint // those in the balancer
-	transport *http.Transport
+	transport upstreamTransport
 	state     *backendState
 	// connectTimeout bounds L4 dials (HTTP dials use the transport's).
 	connectTimeout time.Duration
@@ -52,9 +53,34 @@ type limits struct {
 	maxConns    int64
 }
 
+// upstreamTransport is how a backend reaches its endpoints: an
+// *upstream.Transport for plain-text HTTP/1.1, net/http's Transport for
+// TLS (h2 or http/1.1 by ALPN), h2c and gRPC.
+type upstreamTransport interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// transportTLS returns the TLS client configuration of tr, nil for
+// plain-text transports.
+func transportTLS(tr upstreamTransport) *tls.Config {
+	if t, ok := tr.(*http.Transport); ok {
+		return t.TLSClientConfig
+	}
+	return nil
+}
+
+// upstreamScheme is the URL scheme of requests sent through tr.
+func upstreamScheme(tr upstreamTransport) string {
+	if transportTLS(tr) != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // transportKey identifies upstream connection settings: a backend whose
-// settings did not change keeps its *http.Transport, and with it its pool
-// of open connections, across reloads.
+// settings did not change keeps its transport, and with it its pool of
+// open connections, across reloads.
 type transportKey struct {
 	protocol        string
 	tls             bool
@@ -80,10 +106,21 @@ func usesTLS(protocol string, t *pb.BackendTLS) bool {
 	return t != nil && (t.GetServerName() != "" || t.GetCa() != "" || t.GetClientCertificate() != "" || t.GetInsecureSkipVerify())
 }
 
-// newTransport builds the upstream transport for key. HTTP/1.1 keeps idle
-// connections per endpoint; H2C and plaintext GRPC speak HTTP/2 with prior
-// knowledge; TLS backends negotiate h2 or http/1.1 by ALPN.
-func newTransport(k transportKey, store *certs.Store) (*http.Transport, error) {
+// newTransport builds the upstream transport for key. Plain-text HTTP/1.1
+// uses the slow path's own client (upstream.Transport: keep-alive pools per
+// endpoint, each exchange on the handler's goroutine); H2C and plaintext
+// GRPC speak HTTP/2 with prior knowledge and TLS backends negotiate h2 or
+// http/1.1 by ALPN, both through net/http.
+func newTransport(k transportKey, store *certs.Store) (upstreamTransport, error) {
+	if !k.tls && k.protocol != "H2C" && k.protocol != "GRPC" {
+		return &upstream.Transport{
+			DialTimeout:           k.connectTimeout,
+			IdleConnTimeout:       k.idleTimeout,
+			MaxIdleConnsPerHost:   256,
+			MaxConnsPerHost:       k.maxConnsPerHost,
+			ExpectContinueTimeout: time.Second,
+		}, nil
+	}
 	dialer := &net.Dialer{Timeout: k.connectTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		DialContext:           dialer.DialContext,
@@ -100,15 +137,12 @@ func newTransport(k transportKey, store *certs.Store) (*http.Transport, error) {
 	}
 	protos := new(http.Protocols)
 	tlsOn := k.tls
-	switch {
-	case !tlsOn && (k.protocol == "H2C" || k.protocol == "GRPC"):
-		protos.SetUnencryptedHTTP2(true)
-	case tlsOn:
+	if tlsOn {
 		protos.SetHTTP1(k.protocol != "GRPC")
 		protos.SetHTTP2(true)
 		tr.ForceAttemptHTTP2 = true
-	default:
-		protos.SetHTTP1(true)
+	} else { // H2C and plaintext GRPC
+		protos.SetUnencryptedHTTP2(true)
 	}
 	tr.Protocols = protos
 	if tlsOn {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"slices"
 	"time"
@@ -40,7 +39,7 @@ type Config struct {
 	newStates     map[string]*backendState
 	newEndpoints  map[string]*endpoint.Endpoint // by "backend|address:port"
 	endpointKeys  []string
-	newTransports map[transportKey]*http.Transport
+	newTransports map[transportKey]upstreamTransport
 	transportKeys []transportKey
 }
 
@@ -110,7 +109,7 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 		backends:      map[string]*backend{},
 		newStates:     map[string]*backendState{},
 		newEndpoints:  map[string]*endpoint.Endpoint{},
-		newTransports: map[transportKey]*http.Transport{},
+		newTransports: map[transportKey]upstreamTransport{},
 	}
 	store, storeErr := certs.NewStore(c.GetCertificates())
 	var errs []error
@@ -337,7 +336,7 @@ func (p *Proxy) compileBackend(b *pb.Backend, store *certs.Store, pems map[strin
 			return nil, fmt.Errorf("healthCheck: %w", err)
 		}
 		if key.tls {
-			hcfg.TLS = tr.TLSClientConfig
+			hcfg.TLS = transportTLS(tr)
 		} else if proto == "GRPC" || proto == "H2C" {
 			hcfg.H2C = true
 		}

@@ -164,10 +164,7 @@ func remoteIP(r *http.Request) netip.Addr {
 // request ID. The Host header is the client's unless the rule rewrites it.
 func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
-	out.URL.Scheme = "http"
-	if x.be.transport.TLSClientConfig != nil {
-		out.URL.Scheme = "https"
-	}
+	out.URL.Scheme = upstreamScheme(x.be.transport)
 	out.URL.Host = x.be.name // replaced by the endpoint in RoundTrip
 	if path, host, changed := x.m.Rule.Filters.Rewrite(pr.In, x.m); changed {
 		if path != "" {
@@ -635,10 +632,7 @@ func (p *Proxy) mirror(r *http.Request, mi router.Mirror) {
 	if host == "" {
 		host = r.URL.Host
 	}
-	out.URL.Scheme = "http"
-	if be.transport.TLSClientConfig != nil {
-		out.URL.Scheme = "https"
-	}
+	out.URL.Scheme = upstreamScheme(be.transport)
 	out.URL.Host = ep.Addr
 	out.Host = hostOnly(host) + "-shadow"
 	if r.GetBody != nil {

@@ -74,7 +74,7 @@ type Proxy struct {
 	servers    map[sockets.Key]server
 	states     map[string]*backendState
 	endpoints  map[string]*endpoint.Endpoint
-	transports map[transportKey]*http.Transport
+	transports map[transportKey]upstreamTransport
 	closed     bool
 }
 
@@ -105,7 +105,7 @@ func New(opts Options) *Proxy {
 		servers:    map[sockets.Key]server{},
 		states:     map[string]*backendState{},
 		endpoints:  map[string]*endpoint.Endpoint{},
-		transports: map[transportKey]*http.Transport{},
+		transports: map[transportKey]upstreamTransport{},
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)

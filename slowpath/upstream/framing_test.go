@@ -1,0 +1,402 @@
+package upstream
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestResponseFraming: each way a response can end its body, read from a
+// real connection, then a second request shows whether the connection was
+// kept (one connection) or not (two).
+func TestResponseFraming(t *testing.T) {
+	bigValue := strings.Repeat("v", 10<<10) // a head larger than the read buffer
+	cases := []struct {
+		name       string
+		method     string
+		raw        string
+		closeAfter bool // the server closes after its answer
+		wantStatus string
+		wantBody   string
+		wantLength int64
+		wantHeader http.Header // checked keys only
+		wantTrail  http.Header
+		wantConns  int32 // after two requests
+	}{
+		{
+			name: "content-length", raw: lines("HTTP/1.1 200 OK", "Content-Length: 5", "", "hello"),
+			wantStatus: "200 OK", wantBody: "hello", wantLength: 5, wantConns: 1,
+		},
+		{
+			name: "chunked", raw: lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "5", "hello", "6", " world", "0", "", ""),
+			wantStatus: "200 OK", wantBody: "hello world", wantLength: -1, wantConns: 1,
+		},
+		{
+			name: "chunked with trailers", raw: lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "Trailer: X-Sum", "", "5", "hello", "0", "X-Sum: 42", "", ""),
+			wantStatus: "200 OK", wantBody: "hello", wantLength: -1, wantTrail: http.Header{"X-Sum": {"42"}}, wantConns: 1,
+		},
+		{
+			name: "chunk extensions and upper-case size", raw: lines("HTTP/1.1 200 OK", "Transfer-Encoding: Chunked", "", "A;ext=1", "0123456789", "0", "", ""),
+			wantStatus: "200 OK", wantBody: "0123456789", wantLength: -1, wantConns: 1,
+		},
+		{
+			name: "HEAD keeps the length and has no body", method: http.MethodHead, raw: lines("HTTP/1.1 200 OK", "Content-Length: 1234", "", ""),
+			wantStatus: "200 OK", wantLength: 1234, wantHeader: http.Header{"Content-Length": {"1234"}}, wantConns: 1,
+		},
+		{
+			name: "HEAD of a chunked resource", method: http.MethodHead, raw: lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", ""),
+			wantStatus: "200 OK", wantLength: -1, wantConns: 1,
+		},
+		{
+			name: "204 has no body", raw: lines("HTTP/1.1 204 No Content", "", ""),
+			wantStatus: "204 No Content", wantConns: 1,
+		},
+		{
+			name: "304 ignores its Content-Length", raw: lines("HTTP/1.1 304 Not Modified", "Content-Length: 10", "Etag: \"x\"", "", ""),
+			wantStatus: "304 Not Modified", wantHeader: http.Header{"Etag": {`"x"`}}, wantConns: 1,
+		},
+		{
+			name: "empty body by length", raw: lines("HTTP/1.1 200 OK", "Content-Length: 0", "", ""),
+			wantStatus: "200 OK", wantConns: 1,
+		},
+		{
+			name: "connection close", raw: lines("HTTP/1.1 200 OK", "Content-Length: 2", "Connection: close", "", "ok"), closeAfter: true,
+			wantStatus: "200 OK", wantBody: "ok", wantLength: 2, wantConns: 2,
+		},
+		{
+			name: "body until close", raw: lines("HTTP/1.1 200 OK", "", "to the end"), closeAfter: true,
+			wantStatus: "200 OK", wantBody: "to the end", wantLength: -1, wantConns: 2,
+		},
+		{
+			name: "HTTP/1.0 closes by default", raw: lines("HTTP/1.0 200 OK", "Content-Length: 3", "", "old"), closeAfter: true,
+			wantStatus: "200 OK", wantBody: "old", wantLength: 3, wantConns: 2,
+		},
+		{
+			name: "HTTP/1.0 without length", raw: lines("HTTP/1.0 200 OK", "", "old"), closeAfter: true,
+			wantStatus: "200 OK", wantBody: "old", wantLength: -1, wantConns: 2,
+		},
+		{
+			name: "HTTP/1.0 keep-alive", raw: lines("HTTP/1.0 200 OK", "Connection: keep-alive", "Content-Length: 3", "", "old"),
+			wantStatus: "200 OK", wantBody: "old", wantLength: 3, wantConns: 1,
+		},
+		{
+			name:       "chunked wins over Content-Length and the connection is not kept",
+			raw:        lines("HTTP/1.1 200 OK", "Content-Length: 100", "Transfer-Encoding: chunked", "", "2", "ok", "0", "", ""),
+			wantStatus: "200 OK", wantBody: "ok", wantLength: -1, wantHeader: http.Header{"Content-Length": nil}, wantConns: 2,
+		},
+		{
+			name:       "no reason phrase, bare LF, folded and repeated fields",
+			raw:        "HTTP/1.1 201\nX-Folded: a\n  b\nSet-Cookie: 1\nset-cookie: 2\ncontent-LENGTH: 2\n\nok",
+			wantStatus: "201", wantBody: "ok", wantLength: 2,
+			wantHeader: http.Header{"X-Folded": {"a b"}, "Set-Cookie": {"1", "2"}}, wantConns: 1,
+		},
+		{
+			name: "head larger than the read buffer", raw: lines("HTTP/1.1 200 OK", "X-Big: "+bigValue, "Content-Length: 2", "", "ok"),
+			wantStatus: "200 OK", wantBody: "ok", wantLength: 2, wantHeader: http.Header{"X-Big": {bigValue}}, wantConns: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newRawServer(t, answerEach(tc.raw, tc.closeAfter))
+			tr := &Transport{}
+			defer tr.CloseIdleConnections()
+			ctx := testCtx(t)
+			method := tc.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			for i := range 2 {
+				resp, body, err := do(t, tr, newRequest(t, ctx, method, srv.url("/"), nil))
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				if resp.Status != tc.wantStatus || body != tc.wantBody || resp.ContentLength != tc.wantLength {
+					t.Fatalf("request %d: status %q body %q length %d, want %q %q %d", i, resp.Status, body, resp.ContentLength, tc.wantStatus, tc.wantBody, tc.wantLength)
+				}
+				for k, want := range tc.wantHeader {
+					if diff := cmp.Diff(want, resp.Header[k]); diff != "" {
+						t.Fatalf("header %s (-want +got):\n%s", k, diff)
+					}
+				}
+				if tc.wantTrail != nil {
+					if diff := cmp.Diff(tc.wantTrail, resp.Trailer); diff != "" {
+						t.Fatalf("trailer (-want +got):\n%s", diff)
+					}
+				}
+			}
+			if n := srv.conns.Load(); n != tc.wantConns {
+				t.Fatalf("%d connections for two requests, want %d", n, tc.wantConns)
+			}
+		})
+	}
+}
+
+// TestMalformedResponses: answers that are not HTTP/1.x give a clear error
+// wrapping ErrMalformedResponse (or io.ErrUnexpectedEOF for a cut one),
+// never a hang, and the connection is not used again.
+func TestMalformedResponses(t *testing.T) {
+	cases := []struct {
+		name    string
+		raw     string
+		maxHead int
+		wantErr error
+	}{
+		{"not HTTP", lines("SSH-2.0-OpenSSH_9.6", "", ""), 0, ErrMalformedResponse},
+		{"HTTP/2 status line", lines("HTTP/2.0 200 OK", "Content-Length: 0", "", ""), 0, ErrMalformedResponse},
+		{"status code not a number", lines("HTTP/1.1 2x0 OK", "", ""), 0, ErrMalformedResponse},
+		{"status code too short", lines("HTTP/1.1 20 OK", "", ""), 0, ErrMalformedResponse},
+		{"status code below 100", lines("HTTP/1.1 099 Odd", "", ""), 0, ErrMalformedResponse},
+		{"header line without colon", lines("HTTP/1.1 200 OK", "Content-Length 0", "", ""), 0, ErrMalformedResponse},
+		{"space in a field name", lines("HTTP/1.1 200 OK", "Content Length: 0", "", ""), 0, ErrMalformedResponse},
+		{"control character in a value", lines("HTTP/1.1 200 OK", "X-A: a\x00b", "Content-Length: 0", "", ""), 0, ErrMalformedResponse},
+		{"fold before any field", lines("HTTP/1.1 200 OK", " folded", "", ""), 0, ErrMalformedResponse},
+		{"conflicting lengths", lines("HTTP/1.1 200 OK", "Content-Length: 5", "Content-Length: 6", "", "hello"), 0, ErrMalformedResponse},
+		{"negative length", lines("HTTP/1.1 200 OK", "Content-Length: -1", "", ""), 0, ErrMalformedResponse},
+		{"length not a number", lines("HTTP/1.1 200 OK", "Content-Length: 12abc", "", ""), 0, ErrMalformedResponse},
+		{"unsupported transfer coding", lines("HTTP/1.1 200 OK", "Transfer-Encoding: gzip, chunked", "", ""), 0, ErrMalformedResponse},
+		{"head over the limit", lines("HTTP/1.1 200 OK", "X-Big: "+strings.Repeat("x", 2000), "", ""), 1024, errHeadTooLarge},
+		{"big head over the limit", lines("HTTP/1.1 200 OK", "X-Big: "+strings.Repeat("x", 20000), "", ""), 8192, errHeadTooLarge},
+		{"too many informational responses", strings.Repeat(lines("HTTP/1.1 103 Early Hints", "", ""), 20) + lines("HTTP/1.1 200 OK", "", ""), 0, ErrMalformedResponse},
+		{"cut within the head", "HTTP/1.1 200 OK\r\nContent-", 0, io.ErrUnexpectedEOF},
+		{"closed without an answer", "", 0, io.EOF},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newRawServer(t, answerEach(tc.raw, true))
+			tr := &Transport{MaxResponseHeaderBytes: tc.maxHead}
+			ctx := testCtx(t)
+			_, _, err := do(t, tr, newRequest(t, ctx, http.MethodGet, srv.url("/"), nil))
+			notHung(t, ctx, err)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want one wrapping %v", err, tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), srv.ln.Addr().String()) {
+				t.Errorf("error %q does not name the endpoint", err)
+			}
+			if n := tr.IdleConns(srv.ln.Addr().String()); n != 0 {
+				t.Fatalf("%d idle connections after a malformed answer", n)
+			}
+		})
+	}
+}
+
+// TestMalformedBodies: bodies that end early or are badly chunked fail the
+// read with a clear error, and the connection is closed, not pooled.
+func TestMalformedBodies(t *testing.T) {
+	cases := []struct {
+		name string
+		raw  string
+		want string
+	}{
+		{"closed within a sized body", lines("HTTP/1.1 200 OK", "Content-Length: 10", "", "abc"), "unexpected EOF"},
+		{"bad chunk size", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "zz", "abc", "0", "", ""), "chunk length"},
+		{"closed within a chunk", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "a", "abc"), "unexpected EOF"},
+		{"malformed trailer", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "0", "Bad Trailer: x", "", ""), "malformed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newRawServer(t, answerEach(tc.raw, true))
+			tr := &Transport{}
+			ctx := testCtx(t)
+			resp, err := tr.RoundTrip(newRequest(t, ctx, http.MethodGet, srv.url("/"), nil))
+			if err != nil {
+				t.Fatalf("head: %v", err)
+			}
+			_, err = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			notHung(t, ctx, err)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("body error %v, want one mentioning %q", err, tc.want)
+			}
+			if n := tr.IdleConns(srv.ln.Addr().String()); n != 0 {
+				t.Fatalf("%d idle connections after a broken body", n)
+			}
+		})
+	}
+}
+
+// TestInformationalResponses: 1xx responses before the final one reach
+// httptrace's Got1xxResponse (httputil.ReverseProxy forwards them so) and
+// do not end the exchange.
+func TestInformationalResponses(t *testing.T) {
+	raw := lines("HTTP/1.1 103 Early Hints", "Link: </style.css>; rel=preload", "", "") +
+		lines("HTTP/1.1 102 Processing", "", "") +
+		lines("HTTP/1.1 200 OK", "Content-Length: 2", "", "ok")
+	srv := newRawServer(t, answerEach(raw, false))
+	tr := &Transport{}
+	type info struct {
+		Code int
+		Link string
+	}
+	var got []info
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		got = append(got, info{code, h.Get("Link")})
+		return nil
+	}}
+	ctx := httptrace.WithClientTrace(testCtx(t), trace)
+	resp, body, err := do(t, tr, newRequest(t, ctx, http.MethodGet, srv.url("/"), nil))
+	if err != nil || resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("final response: %v %q %v", resp, body, err)
+	}
+	want := []info{{103, "</style.css>; rel=preload"}, {102, ""}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("informational responses (-want +got):\n%s", diff)
+	}
+}
+
+// TestRequestFraming: what the server receives of requests with and
+// without bodies, sized and chunked, with trailers, and the headers
+// written.
+func TestRequestFraming(t *testing.T) {
+	type seen struct {
+		Method, URI, Host, Body, UA string
+		Length                      int64
+		TE                          []string
+		Trailer                     http.Header
+		Header                      http.Header
+	}
+	got := make(chan seen, 1)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, body := readRequest(br)
+			if req == nil {
+				return
+			}
+			s := seen{Method: req.Method, URI: req.RequestURI, Host: req.Host, Body: string(body), Length: req.ContentLength,
+				TE: req.TransferEncoding, Trailer: req.Trailer, Header: http.Header{}}
+			s.UA = strings.Join(req.Header["User-Agent"], ",")
+			for _, k := range []string{"X-Multi", "Content-Length", "Connection"} {
+				if v, ok := req.Header[k]; ok {
+					s.Header[k] = v
+				}
+			}
+			got <- s
+			if _, err := io.WriteString(c, lines("HTTP/1.1 204 No Content", "", "")); err != nil {
+				return
+			}
+		}
+	})
+	chunkedBody := func() io.Reader { return io.MultiReader(strings.NewReader("part1-"), strings.NewReader("part2")) }
+	cases := []struct {
+		name  string
+		build func() *http.Request
+		want  seen
+	}{
+		{
+			name: "GET without body, multi-valued header, empty User-Agent dropped",
+			build: func() *http.Request {
+				r, _ := http.NewRequest(http.MethodGet, srv.url("/a%2Fb/c?x=1&y=%20"), nil)
+				r.Host = "shop.test"
+				r.Header["X-Multi"] = []string{"1", "2"}
+				r.Header.Set("User-Agent", "")
+				return r
+			},
+			want: seen{Method: "GET", URI: "/a%2Fb/c?x=1&y=%20", Host: "shop.test", Header: http.Header{"X-Multi": {"1", "2"}}},
+		},
+		{
+			name: "POST without body sends Content-Length 0",
+			build: func() *http.Request {
+				r, _ := http.NewRequest(http.MethodPost, srv.url("/p"), nil)
+				r.Header.Set("User-Agent", "agent/1")
+				return r
+			},
+			want: seen{Method: "POST", URI: "/p", UA: "agent/1", Header: http.Header{"Content-Length": {"0"}}},
+		},
+		{
+			name: "sized body",
+			build: func() *http.Request {
+				r, _ := http.NewRequest(http.MethodPut, srv.url("/put"), strings.NewReader("hello body"))
+				return r
+			},
+			want: seen{Method: "PUT", URI: "/put", Body: "hello body", Length: 10, Header: http.Header{"Content-Length": {"10"}}},
+		},
+		{
+			name: "large sized body",
+			build: func() *http.Request {
+				r, _ := http.NewRequest(http.MethodPost, srv.url("/big"), strings.NewReader(strings.Repeat("b", 300<<10)))
+				return r
+			},
+			want: seen{Method: "POST", URI: "/big", Body: strings.Repeat("b", 300<<10), Length: 300 << 10, Header: http.Header{"Content-Length": {"307200"}}},
+		},
+		{
+			name: "unsized body is chunked, with trailers",
+			build: func() *http.Request {
+				r, _ := http.NewRequest(http.MethodPost, srv.url("/c"), chunkedBody())
+				r.ContentLength = -1
+				r.Trailer = http.Header{"X-Check": {"abc"}}
+				return r
+			},
+			want: seen{Method: "POST", URI: "/c", Body: "part1-part2", Length: -1, TE: []string{"chunked"}, Trailer: http.Header{"X-Check": {"abc"}}},
+		},
+		{
+			name: "Close asks for Connection: close",
+			build: func() *http.Request {
+				r, _ := http.NewRequest(http.MethodGet, srv.url("/"), nil)
+				r.Close = true
+				return r
+			},
+			want: seen{Method: "GET", URI: "/", Header: http.Header{"Connection": {"close"}}},
+		},
+	}
+	tr := &Transport{}
+	defer tr.CloseIdleConnections()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.build().WithContext(testCtx(t))
+			resp, _, err := do(t, tr, req)
+			if err != nil || resp.StatusCode != 204 {
+				t.Fatalf("%v %v", resp, err)
+			}
+			s := <-got
+			if tc.want.Host == "" {
+				tc.want.Host = srv.ln.Addr().String()
+			}
+			if len(s.Trailer) == 0 {
+				s.Trailer = nil
+			}
+			if len(s.Header) == 0 {
+				s.Header = nil
+			}
+			if diff := cmp.Diff(tc.want, s); diff != "" {
+				t.Fatalf("request as the server saw it (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestInvalidRequests are refused before any connection is made.
+func TestInvalidRequests(t *testing.T) {
+	srv := newRawServer(t, answerEach(lines("HTTP/1.1 204 No Content", "", ""), false))
+	cases := []struct {
+		name string
+		mod  func(r *http.Request)
+	}{
+		{"newline in a header value", func(r *http.Request) { r.Header.Set("X-Evil", "a\r\nX-Injected: 1") }},
+		{"invalid header name", func(r *http.Request) { r.Header["Bad Name"] = []string{"x"} }},
+		{"newline in Host", func(r *http.Request) { r.Host = "a\r\nb" }},
+		{"space in the query", func(r *http.Request) { r.URL.RawQuery = "a=1 HTTP/1.1\r\nX: y" }},
+		{"https scheme", func(r *http.Request) { r.URL.Scheme = "https" }},
+		{"invalid method", func(r *http.Request) { r.Method = "GE T" }},
+	}
+	tr := &Transport{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest(t, testCtx(t), http.MethodGet, srv.url("/"), nil)
+			tc.mod(req)
+			if _, err := tr.RoundTrip(req); err == nil {
+				t.Fatal("sent")
+			}
+		})
+	}
+	if n := srv.conns.Load(); n != 0 {
+		t.Fatalf("%d connections for invalid requests", n)
+	}
+}
