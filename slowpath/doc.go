@@ -6,5 +6,7 @@
 // configurations so reloads drop nothing.
 //
 // Sub-packages: endpoint (per-endpoint live state), lb (load balancers),
-// health (active checks and outlier ejection), router (compiled HTTP routes).
+// health (active checks and outlier ejection), router (compiled HTTP routes),
+// upstream (the HTTP/1.1 client for plain-HTTP backends; TLS, h2, h2c and
+// gRPC backends use net/http's Transport), certs, sockets, l4, compress.
 package slowpath
