@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/novaedge/novaedge/diag"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
@@ -332,7 +332,7 @@ func (a *Agent) reload(ctx context.Context, reason string) Outcome {
 // and publishes it.
 func (a *Agent) switchTo(ctx context.Context, cand Candidate, reason string, restored bool) Outcome {
 	cur := a.state.Load()
-	snap := proto.CloneOf(cand.Snapshot)
+	snap := shallowCopy(cand.Snapshot)
 	snap.ContentHash = snapshot.ContentHash(snap)
 	snap.Diagnostics = diagsToProto(cand.Diagnostics)
 
@@ -344,7 +344,7 @@ func (a *Agent) switchTo(ctx context.Context, cand Candidate, reason string, res
 			return Outcome{Applied: true, Unchanged: true, Version: cur.Snapshot.GetVersion()}
 		}
 		next := *cur
-		next.Snapshot = proto.CloneOf(cur.Snapshot)
+		next.Snapshot = shallowCopy(cur.Snapshot)
 		next.Snapshot.Diagnostics = snap.Diagnostics
 		next.Diagnostics = cand.Diagnostics
 		next.Restored = false
@@ -408,6 +408,27 @@ func (a *Agent) switchTo(ctx context.Context, cand Candidate, reason string, res
 		"routes", len(snap.GetCluster().GetRoutes()), "backends", len(snap.GetCluster().GetBackends()),
 		"plan", len(plan), "warnings", len(cand.Diagnostics.Warnings()), "errors", len(cand.Diagnostics.Errors()))
 	return Outcome{Applied: true, Version: snap.GetVersion()}
+}
+
+// shallowCopy returns a new snapshot whose fields are those of s, sharing
+// its cluster, node and lists. The agent only sets top-level fields
+// (version, hash, diagnostics) of the snapshots it publishes, and nothing
+// modifies a snapshot's content, so a shallow copy is enough to leave the
+// source's snapshot as it was: a deep copy would double the memory a
+// configuration takes while the source keeps its last candidate (about 1 kB
+// per route) and cost a copy of every route on each reload.
+func shallowCopy(s *pb.ConfigSnapshot) *pb.ConfigSnapshot {
+	out := &pb.ConfigSnapshot{}
+	dst := out.ProtoReflect()
+	src := s.ProtoReflect()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	if u := src.GetUnknown(); len(u) > 0 {
+		dst.SetUnknown(u)
+	}
+	return out
 }
 
 // reject records a configuration that was not applied.

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaedge/novaedge/deploy/examples"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/loader"
 	"github.com/novaedge/novaedge/snapshot"
 )
 
@@ -433,5 +435,75 @@ func TestFileSourceSkipsUnchangedFiles(t *testing.T) {
 	writeConfig(t, path, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck")
 	if changed := src.Load(); changed.Snapshot == first.Snapshot {
 		t.Fatal("a changed file was not read")
+	}
+}
+
+// TestShallowCopy: the copy has every field of the original, shares its
+// content, and setting its top-level fields leaves the original as it was.
+func TestShallowCopy(t *testing.T) {
+	orig := (&FileSource{DefaultName: "x.yaml", Default: examples.Standalone, Node: snapshot.Node{Name: "n"}}).Load().Snapshot
+	orig.Version = 3
+	orig.Diagnostics = []*pb.Diagnostic{{Message: "kept"}}
+	orig.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	fields := orig.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		if fd := fields.Get(i); !orig.ProtoReflect().Has(fd) {
+			t.Fatalf("test snapshot leaves %s unset; set it so the copy is checked", fd.Name())
+		}
+	}
+	want := proto.CloneOf(orig)
+
+	cp := shallowCopy(orig)
+	if !proto.Equal(cp, want) {
+		t.Fatalf("copy differs from the original:\n%v\nwant\n%v", cp, want)
+	}
+	if cp.GetCluster() != orig.GetCluster() || cp.GetNode() != orig.GetNode() {
+		t.Error("the copy does not share the original's cluster and node")
+	}
+	cp.Version, cp.ContentHash, cp.Diagnostics = 4, "other", nil
+	if !proto.Equal(orig, want) {
+		t.Error("setting the copy's top-level fields changed the original")
+	}
+}
+
+// TestAppliedSnapshotSharesCandidate: the agent publishes the source's
+// snapshot content without copying it, and without changing the source's
+// candidate, which the source hands out again while files are unchanged.
+func TestAppliedSnapshotSharesCandidate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeConfig(t, path)
+	src := fileSource(path)
+	h := startAgent(t, src, "")
+	cand := src.Load() // unchanged files: the candidate the agent applied
+	st := h.agent.State()
+	if st.Snapshot == cand.Snapshot || st.Snapshot.GetCluster() != cand.Snapshot.GetCluster() {
+		t.Error("the state should be a new snapshot sharing the candidate's cluster")
+	}
+	if cand.Snapshot.GetVersion() != 0 || st.Snapshot.GetVersion() == 0 {
+		t.Errorf("versions: candidate %d, state %d; want 0 and the applied version", cand.Snapshot.GetVersion(), st.Snapshot.GetVersion())
+	}
+	if got := snapshot.ContentHash(cand.Snapshot); cand.Snapshot.GetContentHash() != got {
+		t.Errorf("candidate's content hash %s, its content hashes to %s", cand.Snapshot.GetContentHash(), got)
+	}
+}
+
+// TestFileSourceBuildsWhatBuildBuilds: the snapshot a FileSource offers,
+// decoded again in compact memory, is the one snapshot.Build makes from the
+// files.
+func TestFileSourceBuildsWhatBuildBuilds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeConfig(t, path)
+	src := fileSource(path)
+	got := src.Load()
+	res, _ := loader.Load(path)
+	want, _ := snapshot.Build(res.Input, snapshot.Options{Node: src.Node})
+	if len(want.GetCluster().GetRoutes()) == 0 {
+		t.Fatal("the example builds no route; the comparison would prove little")
+	}
+	if !proto.Equal(got.Snapshot, want) {
+		t.Errorf("FileSource snapshot differs from snapshot.Build's:\n%v\nwant\n%v", got.Snapshot, want)
+	}
+	if got.Snapshot.GetContentHash() != want.GetContentHash() {
+		t.Errorf("content hash %s, want %s", got.Snapshot.GetContentHash(), want.GetContentHash())
 	}
 }

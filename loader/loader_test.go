@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"encoding/json"
 	"os"
 	"testing"
 
@@ -267,4 +268,63 @@ func TestEmbeddedExample(t *testing.T) {
 	if all := append(diags, more...); len(all) != 0 || len(res.Input.VIPs) != 1 || len(res.Input.Backends) != 3 {
 		t.Errorf("embedded example: %d VIPs, %d backends, diagnostics %v", len(res.Input.VIPs), len(res.Input.Backends), lines(all))
 	}
+}
+
+// TestLoadStreams: Load, which checks each document as it is parsed, gives
+// what FromDocuments gives for the documents manifest.Load returns (objects,
+// diagnostics in the same order, positions of later diagnostics), and keeps
+// the documents detached.
+func TestLoadStreams(t *testing.T) {
+	tests := []struct {
+		name  string
+		paths []string
+	}{
+		{"every kind", []string{"testdata/kinds.yaml"}},
+		{"errors", []string{"testdata/crd-errors.yaml", "testdata/core-errors.yaml", "testdata/unknown-kinds.yaml"}},
+		{"duplicates", []string{"testdata/dup", "testdata/locate.yaml", "testdata/locate.yaml"}},
+		{"example", []string{"../deploy/examples/standalone.yaml"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, diags := Load(tc.paths...)
+			docs, want := manifest.Load(tc.paths...)
+			ref, more := FromDocuments(docs)
+			want = append(want, more...)
+			if diff := cmp.Diff(diagStrings(want), diagStrings(diags)); diff != "" {
+				t.Errorf("diagnostics (-FromDocuments +Load):\n%s", diff)
+			}
+			got, err := json.Marshal(res.Input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp, err := json.Marshal(ref.Input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(exp) {
+				t.Errorf("inputs differ:\nLoad:          %s\nFromDocuments: %s", got, exp)
+			}
+			if len(res.docs) == 0 || len(res.docs) != len(ref.docs) {
+				t.Fatalf("Load kept %d documents, FromDocuments %d", len(res.docs), len(ref.docs))
+			}
+			for r, d := range res.docs {
+				if d.Object != nil {
+					t.Errorf("%s: the document kept for positions still holds its object", r)
+				}
+				for _, f := range []string{"", "metadata.name", "spec", "spec.rules[0].backendRefs[1].name", "spec.endpoints[0].port"} {
+					if got, want := res.Position(r, f), ref.Position(r, f); got != want {
+						t.Errorf("%s: Position(%q) = %s, want %s", r, f, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func diagStrings(l diag.List) []string {
+	var out []string
+	for _, d := range l {
+		out = append(out, d.String())
+	}
+	return out
 }

@@ -13,4 +13,10 @@
 // documents are separated by "---" lines) the other documents of the same
 // file. Document.Line maps a field path from a validation error back to a
 // line of the source.
+//
+// For large configurations, Walk hands over documents one at a time instead
+// of returning them all, and Document.Detach drops a document's parsed
+// forms while keeping its positions (found again by parsing its part of the
+// file once more when asked), so a caller holds kilobytes per resource only
+// while it works on it.
 package manifest

@@ -11,8 +11,9 @@ import (
 )
 
 // FuzzParse checks that Parse never panics, that every object survives the
-// JSON round trip the apiserver would apply unchanged, and that Line never
-// panics nor leaves the file. The seed corpus is testdata/*.yaml plus
+// JSON round trip the apiserver would apply unchanged, that Line never
+// panics nor leaves the file, and that a detached document finds the same
+// lines. The seed corpus is testdata/*.yaml plus
 // testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	seeds, err := filepath.Glob(filepath.Join("testdata", "*.yaml"))
@@ -46,9 +47,14 @@ func FuzzParse(f *testing.F) {
 			if diff := cmp.Diff(doc.Object, back); diff != "" {
 				t.Fatalf("object changes through JSON (-parsed +json):\n%s", diff)
 			}
+			detached := doc.Detach()
 			for _, p := range []string{"", "metadata.name", "spec.a[0].b", "spec[0][1]", "a.b.c.d", "[", "]", "a[", ".."} {
-				if l := doc.Line(p); l < doc.Pos.Line {
+				l := doc.Line(p)
+				if l < doc.Pos.Line {
 					t.Errorf("Line(%q) = %d, before the document at %d", p, l, doc.Pos.Line)
+				}
+				if dl := detached.Line(p); dl != l {
+					t.Errorf("detached Line(%q) = %d, want %d as before Detach", p, dl, l)
 				}
 			}
 		}

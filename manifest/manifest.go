@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -27,7 +28,48 @@ type Document struct {
 	// empty when missing or not a string.
 	APIVersion, Kind, Name, Namespace string
 
-	root *yaml.Node // the document's mapping node, lines already absolute
+	root *yaml.Node // the document's mapping node, lines already absolute; nil once detached
+	src  *source    // where the document is in its file, to parse it again once detached
+}
+
+// source locates a document in its file, so that a detached document can
+// find its lines again by parsing its part of the file a second time.
+type source struct {
+	chunk chunk // the part of the file between separator lines that holds it
+	index int   // how many documents of the chunk the decoder returned before it
+
+	once sync.Once
+	root *yaml.Node // the parsed tree, once a detached document needed it
+}
+
+// tree parses the document again, the first time it is called, and returns
+// its mapping node as newDocument found it.
+func (s *source) tree() *yaml.Node {
+	s.once.Do(func() {
+		dec := yaml.NewDecoder(bytes.NewReader(s.chunk.data))
+		for i := 0; i <= s.index; i++ {
+			var n yaml.Node
+			if err := decode(dec, &n); err != nil {
+				return // cannot happen: the same bytes parsed before
+			}
+			if i == s.index && n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+				shift(&n, s.chunk.line-1)
+				s.root = deref(n.Content[0])
+			}
+		}
+	})
+	return s.root
+}
+
+// Detach returns the document without its object and its parsed YAML tree,
+// which hold several kilobytes per resource, keeping what Position and Line
+// need: they parse the document's part of the file again (once per document)
+// when first asked. The loader keeps every document of a configuration to
+// place diagnostics found later; detached, they cost it a few bytes each (and
+// a share of the file's bytes) instead.
+func (d Document) Detach() Document {
+	d.Object, d.root = nil, nil
+	return d
 }
 
 // Ref names the document's resource.
@@ -47,6 +89,17 @@ func (d Document) Position(fieldPath string) diag.Position {
 // can be read is returned.
 func Load(paths ...string) ([]Document, diag.List) {
 	var docs []Document
+	diags := Walk(paths, func(d Document) { docs = append(docs, d) })
+	return docs, diags
+}
+
+// Walk reads documents as Load does, in the same order, but hands each to fn
+// as soon as it is parsed instead of returning them all: a caller that keeps
+// only what it derives from a document (and the document detached, see
+// Detach) then never holds the parsed form of more than a few documents at
+// once, where Load holds every document's tree and object (about 10 kB per
+// resource). Problems are returned as Load returns them.
+func Walk(paths []string, fn func(Document)) diag.List {
 	var diags diag.List
 	for _, p := range paths {
 		files, err := expand(p)
@@ -64,12 +117,10 @@ func Load(paths ...string) ([]Document, diag.List) {
 				diags = append(diags, fileError(f, err))
 				continue
 			}
-			d, ds := Parse(f, data)
-			docs = append(docs, d...)
-			diags = append(diags, ds...)
+			diags = append(diags, parse(f, data, fn)...)
 		}
 	}
-	return docs, diags
+	return diags
 }
 
 func fileError(file string, err error) diag.Diagnostic {
@@ -124,13 +175,17 @@ func expand(path string) ([]string, error) {
 // Empty, comment-only and null documents are skipped.
 func Parse(name string, data []byte) ([]Document, diag.List) {
 	var docs []Document
+	diags := parse(name, data, func(d Document) { docs = append(docs, d) })
+	return docs, diags
+}
+
+// parse is Parse handing each document to fn.
+func parse(name string, data []byte, fn func(Document)) diag.List {
 	var diags diag.List
 	for _, c := range split(data) {
-		d, ds := parseChunk(name, c)
-		docs = append(docs, d...)
-		diags = append(diags, ds...)
+		diags = append(diags, parseChunk(name, c, fn)...)
 	}
-	return docs, diags
+	return diags
 }
 
 // chunk is a part of a file between "---" separator lines.
@@ -169,17 +224,16 @@ func isSeparator(line []byte) bool {
 // syntaxLine matches the line in yaml.v3 error messages.
 var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
-// parseChunk parses the YAML documents of one chunk. A syntax error ends the
-// chunk: the parser cannot resynchronise after one.
-func parseChunk(name string, c chunk) ([]Document, diag.List) {
-	var docs []Document
+// parseChunk parses the YAML documents of one chunk and hands each to fn. A
+// syntax error ends the chunk: the parser cannot resynchronise after one.
+func parseChunk(name string, c chunk, fn func(Document)) diag.List {
 	var diags diag.List
 	dec := yaml.NewDecoder(bytes.NewReader(c.data))
-	for {
+	for index := 0; ; index++ {
 		var n yaml.Node
 		err := decode(dec, &n)
 		if errors.Is(err, io.EOF) {
-			return docs, diags
+			return diags
 		}
 		if err != nil {
 			msg, line := err.Error(), c.line
@@ -189,14 +243,15 @@ func parseChunk(name string, c chunk) ([]Document, diag.List) {
 			}
 			msg = strings.TrimPrefix(msg, "yaml: ")
 			diags = append(diags, diag.Diagnostic{Severity: diag.Error, Message: "YAML syntax error: " + msg, Pos: diag.Position{File: name, Line: line}})
-			return docs, diags
+			return diags
 		}
 		shift(&n, c.line-1)
 		d, ds, ok := newDocument(name, &n)
-		if ok {
-			docs = append(docs, d)
-		}
 		diags = append(diags, ds...)
+		if ok {
+			d.src = &source{chunk: c, index: index}
+			fn(d)
+		}
 	}
 }
 

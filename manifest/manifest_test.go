@@ -203,3 +203,27 @@ func TestAliasBombs(t *testing.T) {
 		})
 	}
 }
+
+// TestWalk: Walk hands over the documents Load returns, in the same order,
+// and returns the same diagnostics.
+func TestWalk(t *testing.T) {
+	paths := []string{filepath.Join("testdata", "load"), filepath.Join("testdata", "route.yaml"), filepath.Join("testdata", "missing.yaml")}
+	wantDocs, wantDiags := Load(paths...)
+	var got []string
+	diags := Walk(paths, func(d Document) {
+		got = append(got, fmt.Sprintf("%s %s %s", d.Pos, d.APIVersion, d.Ref()))
+	})
+	var want []string
+	for _, d := range wantDocs {
+		want = append(want, fmt.Sprintf("%s %s %s", d.Pos, d.APIVersion, d.Ref()))
+	}
+	if len(want) != 5 {
+		t.Fatalf("Load returned %d documents, want 5", len(want))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("documents (-Load +Walk):\n%s", diff)
+	}
+	if diff := cmp.Diff(diagStrings(wantDiags), diagStrings(diags)); diff != "" {
+		t.Errorf("diagnostics (-Load +Walk):\n%s", diff)
+	}
+}

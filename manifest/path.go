@@ -16,10 +16,14 @@ import (
 // the apiserver does in unknown-field paths. The empty path (and "<nil>")
 // gives the document's first line.
 func (d Document) Line(fieldPath string) int {
-	if d.root == nil {
+	root := d.root
+	if root == nil && d.src != nil {
+		root = d.src.tree()
+	}
+	if root == nil {
 		return d.Pos.Line
 	}
-	n, line := d.root, d.root.Line
+	n, line := root, root.Line
 	segs := splitPath(fieldPath)
 	for i := 0; i < len(segs); i++ {
 		switch n = deref(n); n.Kind {

@@ -84,3 +84,64 @@ func TestSplitPath(t *testing.T) {
 		}
 	}
 }
+
+// TestDetachedLine: a detached document has no object and no tree left, and
+// finds the same lines as before by parsing its part of the file again, also
+// when its part holds several documents and follows others.
+func TestDetachedLine(t *testing.T) {
+	route, err := os.ReadFile(filepath.Join("testdata", "route.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "--- {" is no separator line for split: the second and third
+	// documents come from one chunk, the third at index 1.
+	multi := "apiVersion: v1\nkind: First\nmetadata: {name: a}\n---\n" +
+		"apiVersion: v1\nkind: Mid\nmetadata: {name: b}\n" +
+		"--- {apiVersion: v1, kind: Second, metadata: {name: c},\n  spec: {x: 1}}\n" +
+		"---\n" + string(route) // route.yaml's line n is line n+10
+	paths := []string{"", "kind", "metadata.name", "metadata.labels[app.kubernetes.io/name]", "spec.x",
+		"spec.rules[0].backendRefs[1].name", "spec.rules[1].backendRefs[0].name", "spec.override.timeout", "spec.missing.deeper"}
+	type line struct {
+		doc  int
+		path string
+		want int
+	}
+	tests := []struct {
+		name  string
+		data  string
+		count int
+		lines []line // absolute expectations, besides equality with the attached document
+	}{
+		{"one document", string(route), 1, []line{{0, "spec.rules[0].backendRefs[1].name", 21}}},
+		{"documents sharing a part of the file", multi, 4, []line{{2, "spec.x", 9}, {2, "kind", 8}, {3, "spec.override.timeout", 36}, {3, "spec.rules[0].backendRefs[1].name", 31}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			docs, diags := Parse("in.yaml", []byte(tc.data))
+			if len(docs) != tc.count || len(diags) != 0 {
+				t.Fatalf("Parse: %d docs, diagnostics %q; want %d docs", len(docs), diagStrings(diags), tc.count)
+			}
+			detached := make([]Document, len(docs))
+			for i, doc := range docs {
+				d := doc.Detach()
+				detached[i] = d
+				if d.Object != nil || d.root != nil {
+					t.Fatalf("document %d: Detach kept the object or the tree", i)
+				}
+				if d.Pos != doc.Pos || d.Ref() != doc.Ref() || d.APIVersion != doc.APIVersion {
+					t.Errorf("document %d: Detach changed its position or names", i)
+				}
+				for _, p := range paths {
+					if got, want := d.Line(p), doc.Line(p); got != want {
+						t.Errorf("document %d (%s): detached Line(%q) = %d, want %d", i, doc.Kind, p, got, want)
+					}
+				}
+			}
+			for _, l := range tc.lines {
+				if got := detached[l.doc].Line(l.path); got != l.want {
+					t.Errorf("document %d: detached Line(%q) = %d, want %d", l.doc, l.path, got, l.want)
+				}
+			}
+		})
+	}
+}

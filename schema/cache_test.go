@@ -1,11 +1,16 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/novaedge/novaedge/deploy/crds"
+	"github.com/novaedge/novaedge/diag"
 )
 
 // TestValidCache: a valid object is validated once and then served from
@@ -59,5 +64,85 @@ func TestValidCache(t *testing.T) {
 	}
 	if len(v.valid) != 1 {
 		t.Fatalf("cache holds %d objects after invalid ones, want 1", len(v.valid))
+	}
+}
+
+// TestValidCacheKeepsChangesOnly: an object that validation leaves as it is
+// costs the cache its key only, and a cached object comes back as
+// validation returned it, whether or not validation changed it.
+func TestValidCacheKeepsChangesOnly(t *testing.T) {
+	v, err := NewFromFS(crds.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := func(md map[string]any) map[string]any {
+		return map[string]any{
+			"apiVersion": "novaedge.io/v1alpha1", "kind": "ProxyBackend", "metadata": md,
+			"spec": map[string]any{"endpoints": []any{map[string]any{"address": "10.0.0.1", "port": int64(80)}}},
+		}
+	}
+	tests := []struct {
+		name      string
+		obj       func() map[string]any
+		stored    bool   // the cache holds the validated JSON
+		namespace string // of the validated object
+	}{
+		{"unchanged", func() map[string]any { return backend(map[string]any{"name": "b", "namespace": "ns"}) }, false, "ns"},
+		{"namespace defaulted", func() map[string]any { return backend(map[string]any{"name": "b"}) }, true, DefaultNamespace},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			first, diags := v.Validate(tc.obj())
+			if len(diags) != 0 {
+				t.Fatalf("valid object: %v", diags)
+			}
+			raw, err := json.Marshal(tc.obj())
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.mu.Lock()
+			enc, cached := v.valid[sha256.Sum256(raw)]
+			v.mu.Unlock()
+			if !cached || (enc != nil) != tc.stored {
+				t.Fatalf("cached %v, JSON stored %v; want cached, JSON stored %v", cached, enc != nil, tc.stored)
+			}
+			second, diags := v.Validate(tc.obj())
+			if len(diags) != 0 {
+				t.Fatalf("cached object: %v", diags)
+			}
+			if diff := cmp.Diff(first, second); diff != "" {
+				t.Errorf("cached result differs from the validated one (-first +second):\n%s", diff)
+			}
+			if ns := second["metadata"].(map[string]any)["namespace"]; ns != tc.namespace {
+				t.Errorf("namespace %v, want %q", ns, tc.namespace)
+			}
+		})
+	}
+}
+
+// TestCELCompiledOnUse: a kind's CEL rules are compiled when its first
+// object is validated, and then checked as before.
+func TestCELCompiledOnUse(t *testing.T) {
+	v, err := NewFromFS(crds.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, k := range v.kinds {
+		if k.cel != nil {
+			t.Errorf("%s: CEL rules compiled before any object was validated", key.kind)
+		}
+	}
+	vip := map[string]any{
+		"apiVersion": "novaedge.io/v1alpha1", "kind": "ProxyVIP", "metadata": map[string]any{"name": "v"},
+		"spec": map[string]any{"address": "10.0.0.1/32", "mode": "BGP"},
+	}
+	_, diags := v.Validate(vip)
+	if !slices.ContainsFunc(diags, func(d diag.Diagnostic) bool { return strings.Contains(d.Message, "bgpConfig is required") }) {
+		t.Errorf("the CEL rule requiring bgpConfig was not applied: %v", diags)
+	}
+	for key, k := range v.kinds {
+		if compiled := k.cel != nil; compiled != (key.kind == "ProxyVIP") {
+			t.Errorf("%s: CEL rules compiled %v after validating a ProxyVIP", key.kind, compiled)
+		}
 	}
 }

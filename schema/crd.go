@@ -35,8 +35,12 @@ type Validator struct {
 	// the hash of their JSON: a standalone agent re-reads all its files on
 	// every change, and most documents did not change. Objects with
 	// diagnostics are always validated again (their positions may move).
+	// The value is the validated object as JSON, or nil when it is the
+	// object as given (no default, namespace or pruning changed it): the
+	// common case then costs the cache a key, not a copy of the object,
+	// which matters with thousands of resources kept for the agent's life.
 	mu    sync.Mutex
-	valid map[[sha256.Size]byte][]byte // the validated object as JSON
+	valid map[[sha256.Size]byte][]byte
 }
 
 // maxValidCache bounds the cache of valid objects; it is emptied when full.
@@ -50,8 +54,22 @@ type kind struct {
 	info       KindInfo
 	structural *structuralschema.Structural
 	openAPI    apiservervalidation.SchemaValidator
-	cel        *cel.Validator // nil without x-kubernetes-validations rules
-	hasStatus  bool           // status is a subresource, dropped on create
+	hasStatus  bool // status is a subresource, dropped on create
+
+	// celOnce compiles the CEL rules when the first object of the kind is
+	// validated: compiled programs take about 50 kB per rule and most
+	// configurations use a few of the kinds. The rules were already checked
+	// to compile (crdvalidation), so compiling later fails no differently.
+	celOnce sync.Once
+	cel     *cel.Validator // nil without x-kubernetes-validations rules
+}
+
+// celValidator returns the kind's compiled CEL rules, nil when it has none.
+func (k *kind) celValidator() *cel.Validator {
+	k.celOnce.Do(func() {
+		k.cel = cel.NewValidator(k.structural, true, celconfig.PerCallLimit)
+	})
+	return k.cel
 }
 
 // KindInfo describes a kind a Validator knows.
@@ -193,7 +211,6 @@ func newKind(info KindInfo, v1val *apiextensionsv1.CustomResourceValidation) (*k
 		info:       info,
 		structural: s,
 		openAPI:    openAPI,
-		cel:        cel.NewValidator(s, true, celconfig.PerCallLimit),
 	}, nil
 }
 

@@ -61,6 +61,9 @@ func (v *Validator) Validate(obj map[string]any) (map[string]any, diag.List) {
 	cached, ok := v.valid[sum]
 	v.mu.Unlock()
 	if ok {
+		if cached == nil {
+			cached = raw
+		}
 		if out, err := decodeObject(cached); err == nil {
 			return out, nil
 		}
@@ -68,6 +71,9 @@ func (v *Validator) Validate(obj map[string]any) (map[string]any, diag.List) {
 	out, diags := v.validate(obj)
 	if len(diags) == 0 && out != nil {
 		if enc, err := json.Marshal(out); err == nil {
+			if bytes.Equal(enc, raw) {
+				enc = nil
+			}
 			v.mu.Lock()
 			if v.valid == nil || len(v.valid) >= maxValidCache {
 				v.valid = map[[sha256.Size]byte][]byte{}
@@ -164,9 +170,10 @@ func (v *Validator) validate(obj map[string]any) (map[string]any, diag.List) {
 	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u, k.openAPI)...)
 	errs = append(errs, objectmeta.Validate(ctx, nil, u, s, false)...)
 	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, s, u)...)
-	celChecked := k.cel == nil || !blocking(errs)
-	if k.cel != nil && celChecked {
-		celErrs, _ := k.cel.Validate(ctx, nil, s, u, nil, celconfig.RuntimeCELCostBudget)
+	cv := k.celValidator()
+	celChecked := cv == nil || !blocking(errs)
+	if cv != nil && celChecked {
+		celErrs, _ := cv.Validate(ctx, nil, s, u, nil, celconfig.RuntimeCELCostBudget)
 		errs = append(errs, celErrs...)
 	}
 

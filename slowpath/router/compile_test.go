@@ -224,7 +224,8 @@ func dumpRouter(rt *Router) string {
 	dump := func(g *group) {
 		fmt.Fprintf(&b, "[%s]\n", g.hostname)
 		for _, e := range g.entries {
-			fmt.Fprintf(&b, "  %s#%d.%d kind=%d path=%q m=%q h=%d q=%d\n", e.rule.Route, e.rule.Index, e.matchIdx, e.kind, e.path, e.method, len(e.headers), len(e.queries))
+			c := e.conds()
+			fmt.Fprintf(&b, "  %s#%d.%d kind=%d path=%q m=%q h=%d q=%d\n", e.rule.Route, e.rule.Index, e.matchIdx, e.kind, e.path, c.method, len(c.headers), len(c.queries))
 		}
 	}
 	for _, h := range sortedKeys(rt.exact) {
@@ -266,4 +267,94 @@ func manyRoutes(n int, mixed bool) []*pb.Route {
 		))
 	}
 	return out
+}
+
+// TestCompileStorage: the rules and entries of all routes share storage
+// sized for the listener's own routes only, and each rule keeps its own
+// backends; routes of other listeners take no room.
+func TestCompileStorage(t *testing.T) {
+	other := &pb.Listener{Name: "demo/gw/other", Port: 81, Protocol: pb.Protocol_PROTOCOL_HTTP}
+	var routes []*pb.Route
+	for i := range 30 {
+		r := route(fmt.Sprintf("ns/r%02d", i), []string{fmt.Sprintf("h%d.example.com", i)},
+			rule("a", prefix("/a"), exact("/")), rule("b", prefix("/b", header("x-b", "1"))))
+		r.Rules[1].Backends = append(r.Rules[1].Backends, &pb.WeightedBackend{Backend: "demo/extra", Weight: 2})
+		if i%3 == 0 {
+			r.Listeners = []string{other.GetName()} // not on the listener compiled
+		}
+		routes = append(routes, r)
+	}
+	tests := []struct {
+		name     string
+		l        *pb.Listener
+		routes   int
+		backends []int // per rule of each route
+	}{
+		{"main listener", listener(), 20, []int{1, 2}},
+		{"other listener", other, 10, []int{1, 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := mustCompile(t, tc.l, routes...)
+			rules := rt.Rules()
+			if len(rules) != 2*tc.routes || cap(rules) != len(rules) {
+				t.Fatalf("%d rules with room for %d, want %d and no more room", len(rules), cap(rules), 2*tc.routes)
+			}
+			seen := map[*Rule]bool{}
+			for i, r := range rules {
+				if seen[r] {
+					t.Fatalf("rule %d (%s) shares its storage with another", i, r.Route)
+				}
+				seen[r] = true
+				if want := tc.backends[i%2]; len(r.Backends) != want || cap(r.Backends) != want {
+					t.Errorf("%s rule %d: %d backends with room for %d, want %d", r.Route, r.Index, len(r.Backends), cap(r.Backends), want)
+				}
+			}
+			for _, r := range routes {
+				if r.GetListeners()[0] != tc.l.GetName() {
+					continue
+				}
+				host := r.GetHostnames()[0]
+				if g := got(rt, req("GET", "http://"+host+"/b/x", "X-B", "1")); g != r.GetName()+":b" {
+					t.Errorf("%s /b/x matched %q", host, g)
+				}
+				if g := got(rt, req("GET", "http://"+host+"/")); g != r.GetName()+":a" {
+					t.Errorf("%s / matched %q", host, g)
+				}
+			}
+		})
+	}
+}
+
+// TestTake: take hands out consecutive parts of the store without room to
+// grow into each other, and starts a new store rather than move what it
+// handed out.
+func TestTake(t *testing.T) {
+	store := make([]int, 0, 5)
+	a := take(&store, 2)
+	b := take(&store, 3)
+	if cap(a) != 2 || cap(b) != 3 || &store[0] != &a[0] || &store[2] != &b[0] {
+		t.Fatalf("take from a store with room: caps %d, %d; want 2, 3 in the store", cap(a), cap(b))
+	}
+	a[0], b[0] = 1, 2
+	c := take(&store, 4) // no room left
+	c[0] = 3
+	if a[0] != 1 || b[0] != 2 || len(c) != 4 || cap(c) != 4 {
+		t.Fatalf("take without room moved or overwrote what it handed out: a %v b %v c %v", a, b, c)
+	}
+}
+
+// TestCompileAllocations: compiling a route takes a few allocations of its
+// own, not one per rule, entry and backend list: Compile runs on every
+// snapshot, and each small allocation outlives the compile in memory.
+func TestCompileAllocations(t *testing.T) {
+	var routes []*pb.Route
+	for i := range 1000 {
+		routes = append(routes, route(fmt.Sprintf("ns/r%04d", i), []string{fmt.Sprintf("h%d.example.com", i)}, rule("r", prefix("/api"), exact("/"))))
+	}
+	l := listener()
+	perRoute := testing.AllocsPerRun(3, func() { _, _ = Compile(l, routes) }) / float64(len(routes))
+	if perRoute >= 4 {
+		t.Errorf("Compile allocates %.2f times per route, want fewer than 4 (host list, group, map share)", perRoute)
+	}
 }

@@ -141,12 +141,16 @@ func Compile(l *pb.Listener, routes []*pb.Route) (*Router, error) {
 	listenerHosts = dedupe(listenerHosts)
 	listenerHTTPS := l.GetProtocol() == pb.Protocol_PROTOCOL_HTTPS || l.GetProtocol() == pb.Protocol_PROTOCOL_HTTP3
 	c := compiler{port: l.GetPort(), https: listenerHTTPS}
+	c.size(l, routes)
 
 	rt := &Router{listener: l.GetName(), exact: map[string]*group{}, wildcard: map[string]*group{}}
+	if n := cap(c.rules); n > 0 {
+		rt.rules = make([]*Rule, 0, n)
+	}
 	groups := map[string]*group{}
 	var order []string // hostnames in first-seen order, so building is deterministic
 	for ri, r := range routes {
-		if r == nil || r.GetKind() != pb.RouteKind_ROUTE_KIND_HTTP || !slices.Contains(r.GetListeners(), l.GetName()) {
+		if !attached(r, l) {
 			continue
 		}
 		routeHosts := make([]string, 0, len(r.GetHostnames()))
@@ -165,7 +169,9 @@ func Compile(l *pb.Listener, routes []*pb.Route) (*Router, error) {
 			errs = append(errs, rerrs...)
 			continue
 		}
-		rt.rules = append(rt.rules, rules...)
+		for i := range rules {
+			rt.rules = append(rt.rules, &rules[i])
+		}
 		for i, h := range effectiveHostnames(listenerHosts, routeHosts) {
 			g := groups[h]
 			if g == nil {
@@ -199,6 +205,11 @@ func Compile(l *pb.Listener, routes []*pb.Route) (*Router, error) {
 		}
 	}
 	return rt, nil
+}
+
+// attached reports whether Compile takes route r for listener l.
+func attached(r *pb.Route, l *pb.Listener) bool {
+	return r != nil && r.GetKind() == pb.RouteKind_ROUTE_KIND_HTTP && slices.Contains(r.GetListeners(), l.GetName())
 }
 
 // Listener returns the name of the listener the router was compiled for.
@@ -248,7 +259,7 @@ func (g *group) match(r *http.Request, path string) (Match, bool) {
 	for i := range g.entries {
 		e := &g.entries[i]
 		if n, ok := e.matches(r, path); ok {
-			return Match{Rule: e.rule, PrefixLen: n, MatchIndex: e.matchIdx, Hostname: g.hostname}, true
+			return Match{Rule: e.rule, PrefixLen: n, MatchIndex: int(e.matchIdx), Hostname: g.hostname}, true
 		}
 	}
 	return Match{}, false
