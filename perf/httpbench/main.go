@@ -182,7 +182,10 @@ spec:
 `, novaH1, backendPort))
 	nova := start("novaedge", 1, []string{"GOMAXPROCS=1"}, *agent, "--standalone", "--config", filepath.Join(tmp, "novaedge.yaml"),
 		"--admin-socket", filepath.Join(tmp, "agent.sock"), "--metrics-addr", "", "--state-dir", tmp, "--handoff-socket", "",
-		"--bind-local-vips=false", "--watch=false", "--log-level", "warn")
+		"--bind-local-vips=false", "--watch=false", "--log-level", "warn",
+		// The slow path over loopback is measured; the fast path would
+		// attach XDP to this host's default-route interface.
+		"--fastpath", "off")
 
 	self, err := os.Executable()
 	if err != nil {

@@ -224,7 +224,10 @@ func startAgent(bin, backend string, n int) (*agentProc, time.Duration, error) {
 	}
 	a := &agentProc{dir: dir, addr: "127.0.0.1:" + strconv.Itoa(port)}
 	a.cmd = exec.Command(bin, "--standalone", "--config", cfg, "--admin-socket", filepath.Join(dir, "a.sock"), "--metrics-addr", "",
-		"--state-dir", dir, "--handoff-socket", "", "--bind-local-vips=false", "--log-level", "warn")
+		"--state-dir", dir, "--handoff-socket", "", "--bind-local-vips=false", "--log-level", "warn",
+		// Loopback only: the fast path would attach XDP to this host's
+		// default-route interface.
+		"--fastpath", "off")
 	logf, _ := os.Create(filepath.Join(dir, "agent.log"))
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	start := time.Now()
