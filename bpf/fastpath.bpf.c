@@ -197,10 +197,9 @@ static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst
  * per CPU for NEXTHOP_TTL_NS.
  */
 static __always_inline int send_backend(struct xdp_md *ctx, __u32 bid, __u8 family, const __u8 *dst,
-					__u32 l3_len)
+					__u32 l3_len, __u64 now)
 {
 	struct nexthop *nh = bpf_map_lookup_elem(&fp_nexthops, &bid);
-	__u64 now = bpf_ktime_get_coarse_ns();
 	int rc, valid;
 
 	if (!nh)
@@ -412,7 +411,7 @@ static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
 /* forward sends the packet of a VIP's flow to backend be the VIP's way. */
 static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const struct vip_info *vip, __u32 bid,
 				   const struct backend *be, const struct node_config *cfg, __u16 nat_port,
-				   __u32 hash)
+				   __u32 hash, __u64 now)
 {
 	__u8 src[16];
 	int len;
@@ -432,12 +431,12 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const stru
 			return XDP_DROP;
 		}
 		if (bench_miss_path)
-			return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
 		if (rewrite(ctx, p, src, be->addr, nat_port, be->port)) {
 			count(FP_C_DROP_MALFORMED);
 			return XDP_DROP;
 		}
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
 	case FP_FWD_DSR_IPIP:
 	case FP_FWD_DSR_GUE:
 		if (node_addr(cfg, be->family, src)) {
@@ -445,18 +444,18 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const stru
 			return XDP_DROP;
 		}
 		if (bench_miss_path)
-			return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
 		len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
 		if (len < 0)
 			return XDP_DROP;
-		return send_backend(ctx, bid, be->family, be->addr, len);
+		return send_backend(ctx, bid, be->family, be->addr, len, now);
 	case FP_FWD_DSR_L2:
 		if (be->family != p->key.family) {
 			count(FP_C_DROP_FAMILY);
 			return XDP_DROP;
 		}
 		/* Only the MACs change: the FIB gives the backend's. */
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
 	}
 	count(FP_C_PASS_SLOW_PATH);
 	return XDP_PASS;
@@ -748,7 +747,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 		}
 	}
 	count_traffic(&fp_backend_stats, bid, frame_len);
-	return forward(ctx, p, vip, bid, be, cfg, nat_port, hash);
+	return forward(ctx, p, vip, bid, be, cfg, nat_port, hash, now);
 }
 
 /* echo_reply turns an ICMP / ICMPv6 echo request into its reply in place. */
@@ -868,7 +867,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	if (vip->forward == FP_FWD_DSR_L2) {
 		if (be->family != p->key.family)
 			goto pass;
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, bpf_ktime_get_coarse_ns());
 	}
 	if (node_addr(cfg, be->family, src)) {
 		count(FP_C_DROP_NO_NODE_ADDR);
@@ -877,7 +876,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
 	if (len < 0)
 		return XDP_DROP;
-	return send_backend(ctx, bid, be->family, be->addr, len);
+	return send_backend(ctx, bid, be->family, be->addr, len, bpf_ktime_get_coarse_ns());
 pass:
 	count(FP_C_PASS_ICMP);
 	return XDP_PASS;

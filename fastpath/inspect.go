@@ -92,11 +92,14 @@ func protoName(p uint8) string {
 
 // VIPs lists the VIP entries with their traffic counters.
 func (p *Pinned) VIPs() ([]VIPInfo, error) {
+	type entry struct {
+		addr netip.Addr
+		info VIPInfo
+	}
 	var (
-		k    fastpathbpf.FastpathVipKey
-		v    fastpathbpf.FastpathVipInfo
-		out  []VIPInfo
-		addr []netip.Addr
+		k       fastpathbpf.FastpathVipKey
+		v       fastpathbpf.FastpathVipInfo
+		entries []entry
 	)
 	it := p.maps[fastpathbpf.FastpathMapFpVips].Iterate()
 	for it.Next(&k, &v) {
@@ -113,24 +116,19 @@ func (p *Pinned) VIPs() ([]VIPInfo, error) {
 			}
 			info.Packets, info.Bytes = t.Packets, t.Bytes
 		}
-		out = append(out, info)
-		addr = append(addr, a)
+		entries = append(entries, entry{a, info})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read fp_vips: %w", err)
 	}
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		return cmp.Or(addr[a].Compare(addr[b]), cmp.Compare(out[a].Port, out[b].Port), strings.Compare(out[a].Protocol, out[b].Protocol))
+	slices.SortFunc(entries, func(x, y entry) int {
+		return cmp.Or(x.addr.Compare(y.addr), cmp.Compare(x.info.Port, y.info.Port), strings.Compare(x.info.Protocol, y.info.Protocol))
 	})
-	sorted := make([]VIPInfo, len(out))
-	for i, j := range idx {
-		sorted[i] = out[j]
+	out := make([]VIPInfo, len(entries))
+	for i, e := range entries {
+		out[i] = e.info
 	}
-	return sorted, nil
+	return out, nil
 }
 
 func (p *Pinned) traffic(name string, id uint32) (fastpathbpf.FastpathFpTraffic, error) {
