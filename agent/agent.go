@@ -146,6 +146,9 @@ type Agent struct {
 
 	// Owned by the Run goroutine.
 	lastVersion uint64
+	// restoredFrom says which cached configuration serves while
+	// State.Restored, for the rejections of later reloads.
+	restoredFrom string
 
 	runMu   sync.Mutex
 	running bool
@@ -291,8 +294,9 @@ func (a *Agent) start(ctx context.Context) {
 	errs := cand.Diagnostics.Errors()
 	if len(errs) > 0 && a.opts.StrictReload && cached != nil && cached.matches(a.opts.Source, a.opts.NodeName) {
 		a.logProblems(errs)
-		err := fmt.Errorf("configuration has %s; serving the last good configuration (version %d, applied %s) from %s",
-			count(len(errs), "error"), cached.Snapshot.GetVersion(), cached.AppliedAt.Format(time.RFC3339), a.cache.path())
+		a.restoredFrom = fmt.Sprintf("serving the last good configuration (version %d, applied %s) from %s",
+			cached.Snapshot.GetVersion(), cached.AppliedAt.Format(time.RFC3339), a.cache.path())
+		err := fmt.Errorf("configuration has %s; %s", count(len(errs), "error"), a.restoredFrom)
 		a.log.Error("configuration rejected; serving the last good configuration from the state directory", "errors", len(errs),
 			"version", cached.Snapshot.GetVersion(), "file", a.cache.path())
 		// Rejected before the state is published, so whoever sees the
@@ -320,6 +324,11 @@ func (a *Agent) reload(ctx context.Context, reason string) Outcome {
 	if errs := cand.Diagnostics.Errors(); len(errs) > 0 && a.opts.StrictReload && cur != nil {
 		a.logProblems(errs)
 		err := fmt.Errorf("configuration has %s; still serving version %d", count(len(errs), "error"), cur.Snapshot.GetVersion())
+		if cur.Restored {
+			// Say again where the serving configuration came from: the
+			// watcher's first reload would otherwise hide it.
+			err = fmt.Errorf("configuration has %s; %s", count(len(errs), "error"), a.restoredFrom)
+		}
 		a.log.Error("configuration rejected; the last good configuration keeps serving", "reason", reason,
 			"errors", len(errs), "version", cur.Snapshot.GetVersion())
 		a.reject(cand.Diagnostics, err)
