@@ -232,6 +232,14 @@ func (b *builder) serviceEndpoints(r diag.Ref, ns string, sr *v1alpha1.ServiceRe
 		b.errorf(r, "spec.serviceRef.port", "Service %s/%s has no port %d", sns, sr.Name, sr.Port)
 		return nil, false
 	}
+	return b.sliceEndpoints(e, sp, ""), true
+}
+
+// sliceEndpoints returns the endpoints of a Service's port from its
+// EndpointSlices, the target port resolved per slice by port name and
+// protocol as kube-proxy does. A non-empty node keeps only the endpoints on
+// that node (externalTrafficPolicy Local).
+func (b *builder) sliceEndpoints(e *serviceEntry, sp *corev1.ServicePort, node string) []*pb.Endpoint {
 	byAddr := map[netip.AddrPort]*pb.Endpoint{}
 	var out []*pb.Endpoint
 	for _, es := range e.slices {
@@ -245,6 +253,9 @@ func (b *builder) serviceEndpoints(r diag.Ref, ns string, sr *v1alpha1.ServiceRe
 			continue
 		}
 		for _, ep := range es.Endpoints {
+			if node != "" && ptrOr(ep.NodeName, "") != node {
+				continue
+			}
 			c := ep.Conditions
 			ready := ptrOr(c.Ready, true)
 			terminating := ptrOr(c.Terminating, false)
@@ -273,7 +284,7 @@ func (b *builder) serviceEndpoints(r diag.Ref, ns string, sr *v1alpha1.ServiceRe
 		}
 	}
 	sortEndpoints(out)
-	return out, true
+	return out
 }
 
 func ptrOr[T any](p *T, def T) T {

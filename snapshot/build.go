@@ -31,8 +31,10 @@ func Build(in *Input, opts Options) (*pb.ConfigSnapshot, diag.List) {
 	b.buildPolicies()
 	b.buildBackends()
 	b.buildGateways()
+	b.buildServices()
 	b.buildRoutes()
 	b.buildPlan()
+	b.servicePlan()
 	b.buildNode()
 	return b.assemble()
 }

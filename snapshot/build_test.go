@@ -161,6 +161,7 @@ func TestBuildGolden(t *testing.T) {
 		{name: "decisions-node-a", input: "decisions.yaml", node: Node{Name: "node-a"}, complete: true, decisions: decisionsFixture()},
 		{name: "decisions-node-b", input: "decisions.yaml", node: Node{Name: "node-b"}, complete: true, decisions: decisionsFixture()},
 		{name: "forwarding", input: "forwarding.yaml", node: Node{Name: "node-a"}, complete: true},
+		{name: "services", input: "services.yaml", node: Node{Name: "node-a"}, complete: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

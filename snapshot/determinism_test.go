@@ -28,7 +28,7 @@ func permute(in *Input, seed uint64) {
 	})
 }
 
-var determinismInputs = []string{"standalone.yaml", "seed-examples.yaml", "errors.yaml", "decisions.yaml", "forwarding.yaml"}
+var determinismInputs = []string{"standalone.yaml", "seed-examples.yaml", "errors.yaml", "decisions.yaml", "forwarding.yaml", "services.yaml"}
 
 // buildHex builds one permutation of one input and returns the cluster part
 // and the node part's hash, hex-encoded, one line.

@@ -91,6 +91,11 @@ func (b *builder) checkForwarding(e *vipEntry) {
 // configured: DSR delivers the client's packet unchanged, so it arrives on
 // the listener's port whatever port the endpoint names.
 func (b *builder) checkDSRPorts(l *listenerEntry, rt *pb.Route, v *vipEntry) {
+	field, owner := "spec.forwarding", v.ref
+	if v.svc != nil {
+		// Services choose DSR by annotation; each port is its own Service's.
+		field, owner = annotationField(v1alpha1.AnnotationForwardingMode), l.gw.ref
+	}
 	for _, wb := range rt.Rules[0].Backends {
 		be := b.backends[wb.Backend]
 		if be == nil {
@@ -101,7 +106,7 @@ func (b *builder) checkDSRPorts(l *listenerEntry, rt *pb.Route, v *vipEntry) {
 				continue
 			}
 			a, _ := netip.ParseAddr(ep.Address)
-			b.warnf(v.ref, "spec.forwarding", "listener %s: endpoint %s of backend %s has port %d, but DSR cannot rewrite ports: packets reach the backend on the listener's port %d, so it must listen there too (or use mode NAT)",
+			b.warnf(owner, field, "listener %s: endpoint %s of backend %s has port %d, but DSR cannot rewrite ports: packets reach the backend on the listener's port %d, so it must listen there too (or use mode NAT)",
 				l.pb.Name, netip.AddrPortFrom(a, uint16(ep.Port)), wb.Backend, ep.Port, l.pb.Port)
 		}
 	}
@@ -115,31 +120,39 @@ var forwardingAnnotations = []string{
 	v1alpha1.AnnotationGUEPort,
 }
 
-// checkServiceAnnotations reports the forwarding annotations of Services.
-// Services of type LoadBalancer are not turned into VIPs by this build, so
-// even valid annotations change nothing yet; saying so keeps users from
-// mistaking silence for support. The translation, once written, takes the
-// forwarding of its VIP from serviceForwarding.
+// addressAnnotations are the Service annotations that choose the address.
+var addressAnnotations = []string{
+	v1alpha1.AnnotationAddressPool,
+	v1alpha1.AnnotationLoadBalancerIPs,
+	v1alpha1.AnnotationAllowSharedIP,
+}
+
+// checkServiceAnnotations reports NovaEdge annotations on Services that
+// NovaEdge does not serve: Services of another type, and Services of type
+// LoadBalancer left to another implementation by their class. Saying so
+// keeps users from mistaking silence for support. The annotations of the
+// Services it serves are read where they are translated (services.go).
 func (b *builder) checkServiceAnnotations() {
 	for _, s := range sortByName(b.in.Services, func(s *corev1.Service) (string, string) { return s.Namespace, s.Name }) {
-		var present []string
-		for _, k := range forwardingAnnotations {
-			if _, ok := s.Annotations[k]; ok {
-				present = append(present, k)
-			}
-		}
-		if len(present) == 0 {
+		if b.servesService(s) {
 			continue
 		}
-		r := ref("Service", orDefault(s.Namespace, "default"), s.Name)
-		if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			for _, k := range present {
-				b.warnf(r, annotationField(k), "ignored: forwarding annotations apply only to Services of type LoadBalancer, and this one is of type %s", cmp.Or(s.Spec.Type, corev1.ServiceTypeClusterIP))
+		r := ref(kService, orDefault(s.Namespace, "default"), s.Name)
+		for _, group := range []struct {
+			what string
+			keys []string
+		}{{"forwarding", forwardingAnnotations}, {"address", addressAnnotations}} {
+			for _, k := range group.keys {
+				if _, ok := s.Annotations[k]; !ok {
+					continue
+				}
+				if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+					b.warnf(r, annotationField(k), "ignored: %s annotations apply only to Services of type LoadBalancer, and this one is of type %s", group.what, cmp.Or(s.Spec.Type, corev1.ServiceTypeClusterIP))
+					continue
+				}
+				b.warnf(r, annotationField(k), "ignored: %s", b.notServedWhy(s))
 			}
-			continue
 		}
-		b.serviceForwarding(r, s)
-		b.warnf(r, "metadata.annotations", "forwarding annotations have no effect yet: this build does not serve Services of type LoadBalancer (use a ProxyVIP with spec.forwarding)")
 	}
 }
 

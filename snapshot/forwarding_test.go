@@ -3,6 +3,7 @@ package snapshot
 import (
 	stdcmp "cmp"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -243,32 +244,65 @@ func TestServiceForwarding(t *testing.T) {
 	}
 }
 
-// Through Build, forwarding annotations say that they change nothing yet
-// (Services of type LoadBalancer are not served by this build) and on
-// other Services that they never will; bad values are reported either way.
+// Through Build, the forwarding annotations of a Service NovaEdge serves
+// are used (bad values reported, defaults used); on Services it does not
+// serve (another type, another loadBalancerClass, or no class when
+// classless Services are left to another implementation) they are reported
+// as ignored.
 func TestServiceAnnotationsInBuild(t *testing.T) {
-	svc := func(name string, typ corev1.ServiceType, ann map[string]string) corev1.Service {
-		return corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: ann}, Spec: corev1.ServiceSpec{Type: typ}}
+	svc := func(name string, typ corev1.ServiceType, class string, ann map[string]string) corev1.Service {
+		s := corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{}},
+			Spec: corev1.ServiceSpec{Type: typ, Ports: []corev1.ServicePort{{Port: 80}}}}
+		if class != "" {
+			s.Spec.LoadBalancerClass = &class
+		}
+		maps.Copy(s.Annotations, ann)
+		s.Annotations[v1alpha1.AnnotationLoadBalancerIPs] = fmt.Sprintf("10.9.0.%d", len(name))
+		return s
 	}
 	in := &Input{Services: []corev1.Service{
-		svc("plain-lb", corev1.ServiceTypeLoadBalancer, map[string]string{"other.io/x": "y"}),
-		svc("lb", corev1.ServiceTypeLoadBalancer, map[string]string{v1alpha1.AnnotationForwardingMode: "DSR"}),
-		svc("bad-lb", corev1.ServiceTypeLoadBalancer, map[string]string{v1alpha1.AnnotationForwardingMode: "FAST"}),
-		svc("node-port", corev1.ServiceTypeNodePort, map[string]string{v1alpha1.AnnotationGUEPort: "7000"}),
+		svc("plain-lb", corev1.ServiceTypeLoadBalancer, "", map[string]string{"other.io/x": "y"}),
+		svc("lb", corev1.ServiceTypeLoadBalancer, v1alpha1.LoadBalancerClass, map[string]string{v1alpha1.AnnotationForwardingMode: "DSR"}),
+		svc("bad-lb", corev1.ServiceTypeLoadBalancer, "", map[string]string{v1alpha1.AnnotationForwardingMode: "FAST"}),
+		svc("other-class", corev1.ServiceTypeLoadBalancer, "example.com/lb", map[string]string{v1alpha1.AnnotationGUEPort: "7000"}),
+		svc("node-port", corev1.ServiceTypeNodePort, "", map[string]string{v1alpha1.AnnotationGUEPort: "7000"}),
 	}}
-	_, diags := Build(in, Options{Node: Node{Name: "n"}})
-	var got []string
-	for _, d := range diags {
-		got = append(got, d.String())
+	tests := []struct {
+		name string
+		opts Options
+		want []string
+	}{
+		{name: "classless served", want: []string{
+			`warning: Service ns/bad-lb: metadata.annotations[novaedge.io/forwarding-mode]: invalid value "FAST": use NAT or DSR; NAT is used`,
+			`warning: Service ns/node-port: metadata.annotations[novaedge.io/gue-port]: ignored: forwarding annotations apply only to Services of type LoadBalancer, and this one is of type NodePort`,
+			`warning: Service ns/node-port: metadata.annotations[novaedge.io/loadBalancerIPs]: ignored: address annotations apply only to Services of type LoadBalancer, and this one is of type NodePort`,
+			`warning: Service ns/other-class: metadata.annotations[novaedge.io/gue-port]: ignored: spec.loadBalancerClass is "example.com/lb", so another load balancer serves this Service (NovaEdge serves class "novaedge.io/lb")`,
+			`warning: Service ns/other-class: metadata.annotations[novaedge.io/loadBalancerIPs]: ignored: spec.loadBalancerClass is "example.com/lb", so another load balancer serves this Service (NovaEdge serves class "novaedge.io/lb")`,
+		}},
+		{name: "classless skipped", opts: Options{SkipClasslessServices: true}, want: []string{
+			`warning: Service ns/bad-lb: metadata.annotations[novaedge.io/forwarding-mode]: ignored: the Service has no spec.loadBalancerClass, and classless Services are left to another load balancer (controller flag --default-lb-class=false); set loadBalancerClass "novaedge.io/lb" to have NovaEdge serve it`,
+			`warning: Service ns/bad-lb: metadata.annotations[novaedge.io/loadBalancerIPs]: ignored: the Service has no spec.loadBalancerClass, and classless Services are left to another load balancer (controller flag --default-lb-class=false); set loadBalancerClass "novaedge.io/lb" to have NovaEdge serve it`,
+			`warning: Service ns/node-port: metadata.annotations[novaedge.io/gue-port]: ignored: forwarding annotations apply only to Services of type LoadBalancer, and this one is of type NodePort`,
+			`warning: Service ns/node-port: metadata.annotations[novaedge.io/loadBalancerIPs]: ignored: address annotations apply only to Services of type LoadBalancer, and this one is of type NodePort`,
+			`warning: Service ns/other-class: metadata.annotations[novaedge.io/gue-port]: ignored: spec.loadBalancerClass is "example.com/lb", so another load balancer serves this Service (NovaEdge serves class "novaedge.io/lb")`,
+			`warning: Service ns/other-class: metadata.annotations[novaedge.io/loadBalancerIPs]: ignored: spec.loadBalancerClass is "example.com/lb", so another load balancer serves this Service (NovaEdge serves class "novaedge.io/lb")`,
+			`warning: Service ns/plain-lb: metadata.annotations[novaedge.io/loadBalancerIPs]: ignored: the Service has no spec.loadBalancerClass, and classless Services are left to another load balancer (controller flag --default-lb-class=false); set loadBalancerClass "novaedge.io/lb" to have NovaEdge serve it`,
+		}},
 	}
-	want := []string{
-		`warning: Service ns/bad-lb: metadata.annotations: forwarding annotations have no effect yet: this build does not serve Services of type LoadBalancer (use a ProxyVIP with spec.forwarding)`,
-		`warning: Service ns/bad-lb: metadata.annotations[novaedge.io/forwarding-mode]: invalid value "FAST": use NAT or DSR; NAT is used`,
-		`warning: Service ns/lb: metadata.annotations: forwarding annotations have no effect yet: this build does not serve Services of type LoadBalancer (use a ProxyVIP with spec.forwarding)`,
-		`warning: Service ns/node-port: metadata.annotations[novaedge.io/gue-port]: ignored: forwarding annotations apply only to Services of type LoadBalancer, and this one is of type NodePort`,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("diagnostics (-want +got):\n%s", diff)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Node = Node{Name: "n"}
+			_, diags := Build(in, tc.opts)
+			var got []string
+			for _, d := range diags {
+				if strings.HasPrefix(d.Field, "metadata.annotations") { // not the Services' missing endpoints
+					got = append(got, d.String())
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("diagnostics (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -46,10 +46,12 @@ type Input struct {
 // Decisions are made once, by the leader controller, and shipped to every
 // node, so nodes never disagree.
 type Decisions struct {
-	// Addresses maps a ProxyVIP name to the addresses IPAM allocated for it.
-	// A VIP with poolRef and no entry has no address yet and is left out.
+	// Addresses maps a VIP name to the addresses IPAM allocated for it: a
+	// ProxyVIP's name, or the VIP of Services of type LoadBalancer
+	// (ServiceInfo.VIP). A VIP with poolRef, or a Service, without an entry
+	// has no address yet and is left out.
 	Addresses map[string][]netip.Addr
-	// Assignments maps a ProxyVIP name to the nodes serving it.
+	// Assignments maps a VIP name (as in Addresses) to the nodes serving it.
 	Assignments map[string]Assignment
 	// EndpointHealth maps "address:port" (netip.AddrPort string) of an
 	// endpoint to the verdict of active probes. Endpoints without an entry
@@ -89,6 +91,12 @@ type Options struct {
 	// Translators turn Ingress and Gateway API objects into NovaEdge kinds.
 	// Nil means DefaultTranslators.
 	Translators []Translator
+	// SkipClasslessServices leaves Services of type LoadBalancer without
+	// spec.loadBalancerClass to another implementation: only those of class
+	// v1alpha1.LoadBalancerClass are served. False (the default, and the
+	// standalone agent's behaviour) serves classless Services too; the
+	// controller sets it when run with --default-lb-class=false.
+	SkipClasslessServices bool
 }
 
 // Translator turns foreign objects of Input (Ingress, Gateway API) into

@@ -151,6 +151,9 @@ type vipEntry struct {
 	addrs    []netip.Addr
 	accepted bool
 	pb       *pb.VIP
+	// svc is set for the VIP of Services of type LoadBalancer; obj is then
+	// a stand-in ProxyVIP and ref names the oldest Service.
+	svc *svcGroup
 }
 
 var vipModes = map[v1alpha1.VIPMode]pb.VIPMode{
@@ -237,6 +240,11 @@ func (b *builder) buildVIPs() {
 		}
 	}
 
+	// Services of type LoadBalancer claim their addresses after the
+	// ProxyVIPs' static ones (those are the administrator's) and before
+	// pool allocations, which must not hand their addresses out.
+	svcVIPs := b.serviceVIPs(claimed)
+
 	// Pass 2: pool allocations, in age order so earlier VIPs keep theirs.
 	inUse := func(a netip.Addr) bool { return claimed[a] != nil }
 	for _, e := range b.vips {
@@ -289,6 +297,7 @@ func (b *builder) buildVIPs() {
 		e.pb.Ports = slices.Compact(e.pb.Ports)
 		b.vipsByName[e.obj.Name] = e
 	}
+	b.addServiceVIPs(svcVIPs)
 }
 
 func decidedAddr(addrs []netip.Addr, fam int) (netip.Addr, bool) {

@@ -16,3 +16,29 @@ const (
 	// encapsulated packets; the default is 6080.
 	AnnotationGUEPort = "novaedge.io/gue-port"
 )
+
+// LoadBalancerClass is the spec.loadBalancerClass of the Services of type
+// LoadBalancer that NovaEdge serves. Services without a class are served too
+// unless the controller runs with --default-lb-class=false (another load
+// balancer implementation owns them then).
+const LoadBalancerClass = "novaedge.io/lb"
+
+// Annotations a Service of type LoadBalancer may carry to choose its
+// address, as MetalLB's metallb.universe.tf/ annotations of the same names
+// do.
+const (
+	// AnnotationAddressPool names the ProxyIPPool the Service's address comes
+	// from. Unset: any pool with autoAssign.
+	AnnotationAddressPool = "novaedge.io/address-pool"
+	// AnnotationLoadBalancerIPs requests specific addresses, comma-separated,
+	// at most one per family ("10.200.0.5" or "10.200.0.5,2001:db8::5"). It
+	// takes precedence over the deprecated spec.loadBalancerIP.
+	AnnotationLoadBalancerIPs = "novaedge.io/loadBalancerIPs"
+	// AnnotationAllowSharedIP is a sharing key: Services carrying the same
+	// key (in any namespace) share one address, provided their ports do not
+	// collide, they ask for the same pool, addresses, families and
+	// forwarding, and they agree on externalTrafficPolicy (with Local, they
+	// must also select the same pods, since the nodes with local endpoints
+	// announce the address).
+	AnnotationAllowSharedIP = "novaedge.io/allow-shared-ip"
+)

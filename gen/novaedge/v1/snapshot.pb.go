@@ -6,6 +6,9 @@
 // decisions, policies, certificates, the L4/L7 plan and the fast path's table
 // inputs), because every node must build identical Maglev tables. `node`
 // holds only what differs per node: which VIPs this node announces and how.
+// One documented exception: the backend and plan entries of a Service of type
+// LoadBalancer with externalTrafficPolicy Local list only the endpoints on
+// the node the snapshot is for.
 //
 // Every repeated field is sorted by its documented key and the builder emits
 // no maps, so deterministic proto marshalling gives identical bytes.
@@ -646,6 +649,58 @@ func (L4Protocol) EnumDescriptor() ([]byte, []int) {
 	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{10}
 }
 
+// Affinity is what the fast path hashes to choose a flow's backend.
+type Affinity int32
+
+const (
+	// NONE hashes the whole 5-tuple: each flow is balanced on its own.
+	Affinity_AFFINITY_NONE Affinity = 0
+	// CLIENT_IP sends every flow of one client address to the same backend (a
+	// Service's sessionAffinity ClientIP). The XDP fast path does not honour it
+	// yet (it hashes the 5-tuple); the slow path does, through the backend's
+	// hash_policy.source_ip.
+	Affinity_AFFINITY_CLIENT_IP Affinity = 1
+)
+
+// Enum value maps for Affinity.
+var (
+	Affinity_name = map[int32]string{
+		0: "AFFINITY_NONE",
+		1: "AFFINITY_CLIENT_IP",
+	}
+	Affinity_value = map[string]int32{
+		"AFFINITY_NONE":      0,
+		"AFFINITY_CLIENT_IP": 1,
+	}
+)
+
+func (x Affinity) Enum() *Affinity {
+	p := new(Affinity)
+	*p = x
+	return p
+}
+
+func (x Affinity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Affinity) Descriptor() protoreflect.EnumDescriptor {
+	return file_novaedge_v1_snapshot_proto_enumTypes[11].Descriptor()
+}
+
+func (Affinity) Type() protoreflect.EnumType {
+	return &file_novaedge_v1_snapshot_proto_enumTypes[11]
+}
+
+func (x Affinity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Affinity.Descriptor instead.
+func (Affinity) EnumDescriptor() ([]byte, []int) {
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{11}
+}
+
 type Severity int32
 
 const (
@@ -676,11 +731,11 @@ func (x Severity) String() string {
 }
 
 func (Severity) Descriptor() protoreflect.EnumDescriptor {
-	return file_novaedge_v1_snapshot_proto_enumTypes[11].Descriptor()
+	return file_novaedge_v1_snapshot_proto_enumTypes[12].Descriptor()
 }
 
 func (Severity) Type() protoreflect.EnumType {
-	return &file_novaedge_v1_snapshot_proto_enumTypes[11]
+	return &file_novaedge_v1_snapshot_proto_enumTypes[12]
 }
 
 func (x Severity) Number() protoreflect.EnumNumber {
@@ -689,7 +744,7 @@ func (x Severity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Severity.Descriptor instead.
 func (Severity) EnumDescriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{11}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{12}
 }
 
 type ConfigSnapshot struct {
@@ -927,8 +982,9 @@ func (x *NodeConfig) GetVips() []*VIPAssignment {
 // VIP is a virtual IP known to the cluster, with its resolved addresses.
 type VIP struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Name of the ProxyVIP (cluster-scoped), or "Service/<ns>/<name>" for a
-	// Service of type LoadBalancer.
+	// Name of the ProxyVIP (cluster-scoped); "Service/<ns>/<name>" for a
+	// Service of type LoadBalancer; "Service/shared:<key>" for the Services
+	// sharing one address under a novaedge.io/allow-shared-ip key.
 	Name string  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Mode VIPMode `protobuf:"varint,2,opt,name=mode,proto3,enum=novaedge.v1.VIPMode" json:"mode,omitempty"`
 	// Addresses without prefix length, IPv4 first.
@@ -4028,9 +4084,15 @@ type PlanEntry struct {
 	// endpoints get Maglev slots; DRAINING keep conntrack entries.
 	Endpoints []*Endpoint `protobuf:"bytes,8,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	// Forwarding for FAST: the VIP's, with defaults resolved. Unset for SLOW.
-	Forwarding    *Forwarding `protobuf:"bytes,9,opt,name=forwarding,proto3" json:"forwarding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Forwarding *Forwarding `protobuf:"bytes,9,opt,name=forwarding,proto3" json:"forwarding,omitempty"`
+	// Affinity for FAST: what the backend of a new flow is chosen by.
+	Affinity Affinity `protobuf:"varint,10,opt,name=affinity,proto3,enum=novaedge.v1.Affinity" json:"affinity,omitempty"`
+	// CLIENT_IP only: how long a client stays with its backend after its last
+	// flow, in seconds (a Service's
+	// sessionAffinityConfig.clientIP.timeoutSeconds, 10800 by default).
+	AffinityTimeoutS uint32 `protobuf:"varint,11,opt,name=affinity_timeout_s,json=affinityTimeoutS,proto3" json:"affinity_timeout_s,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PlanEntry) Reset() {
@@ -4124,6 +4186,20 @@ func (x *PlanEntry) GetForwarding() *Forwarding {
 		return x.Forwarding
 	}
 	return nil
+}
+
+func (x *PlanEntry) GetAffinity() Affinity {
+	if x != nil {
+		return x.Affinity
+	}
+	return Affinity_AFFINITY_NONE
+}
+
+func (x *PlanEntry) GetAffinityTimeoutS() uint32 {
+	if x != nil {
+		return x.AffinityTimeoutS
+	}
+	return 0
 }
 
 type Diagnostic struct {
@@ -4522,7 +4598,7 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\bcert_pem\x18\x02 \x01(\fR\acertPem\x12\x17\n" +
 	"\akey_pem\x18\x03 \x01(\fR\x06keyPem\x12\x1b\n" +
 	"\tdns_names\x18\x04 \x03(\tR\bdnsNames\x12\x1b\n" +
-	"\tnot_after\x18\x05 \x01(\x03R\bnotAfter\"\xcf\x02\n" +
+	"\tnot_after\x18\x05 \x01(\x03R\bnotAfter\"\xb0\x03\n" +
 	"\tPlanEntry\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -4534,7 +4610,10 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\tendpoints\x18\b \x03(\v2\x15.novaedge.v1.EndpointR\tendpoints\x127\n" +
 	"\n" +
 	"forwarding\x18\t \x01(\v2\x17.novaedge.v1.ForwardingR\n" +
-	"forwarding\"\xdd\x01\n" +
+	"forwarding\x121\n" +
+	"\baffinity\x18\n" +
+	" \x01(\x0e2\x15.novaedge.v1.AffinityR\baffinity\x12,\n" +
+	"\x12affinity_timeout_s\x18\v \x01(\rR\x10affinityTimeoutS\"\xdd\x01\n" +
 	"\n" +
 	"Diagnostic\x121\n" +
 	"\bseverity\x18\x01 \x01(\x0e2\x15.novaedge.v1.SeverityR\bseverity\x12\x12\n" +
@@ -4606,7 +4685,10 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"L4Protocol\x12\x1b\n" +
 	"\x17L4_PROTOCOL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fL4_PROTOCOL_TCP\x10\x01\x12\x13\n" +
-	"\x0fL4_PROTOCOL_UDP\x10\x02*4\n" +
+	"\x0fL4_PROTOCOL_UDP\x10\x02*5\n" +
+	"\bAffinity\x12\x11\n" +
+	"\rAFFINITY_NONE\x10\x00\x12\x16\n" +
+	"\x12AFFINITY_CLIENT_IP\x10\x01*4\n" +
 	"\bSeverity\x12\x12\n" +
 	"\x0eSEVERITY_ERROR\x10\x00\x12\x14\n" +
 	"\x10SEVERITY_WARNING\x10\x01B9Z7github.com/novaedge/novaedge/gen/novaedge/v1;novaedgev1b\x06proto3"
@@ -4623,7 +4705,7 @@ func file_novaedge_v1_snapshot_proto_rawDescGZIP() []byte {
 	return file_novaedge_v1_snapshot_proto_rawDescData
 }
 
-var file_novaedge_v1_snapshot_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_novaedge_v1_snapshot_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
 var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(VIPMode)(0),             // 0: novaedge.v1.VIPMode
@@ -4637,118 +4719,120 @@ var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(EndpointState)(0),       // 8: novaedge.v1.EndpointState
 	(DataPath)(0),            // 9: novaedge.v1.DataPath
 	(L4Protocol)(0),          // 10: novaedge.v1.L4Protocol
-	(Severity)(0),            // 11: novaedge.v1.Severity
-	(*ConfigSnapshot)(nil),   // 12: novaedge.v1.ConfigSnapshot
-	(*ClusterConfig)(nil),    // 13: novaedge.v1.ClusterConfig
-	(*NodeConfig)(nil),       // 14: novaedge.v1.NodeConfig
-	(*VIP)(nil),              // 15: novaedge.v1.VIP
-	(*Forwarding)(nil),       // 16: novaedge.v1.Forwarding
-	(*VIPAssignment)(nil),    // 17: novaedge.v1.VIPAssignment
-	(*BGPAnnouncement)(nil),  // 18: novaedge.v1.BGPAnnouncement
-	(*BGPPeer)(nil),          // 19: novaedge.v1.BGPPeer
-	(*OSPFAnnouncement)(nil), // 20: novaedge.v1.OSPFAnnouncement
-	(*BFD)(nil),              // 21: novaedge.v1.BFD
-	(*Listener)(nil),         // 22: novaedge.v1.Listener
-	(*ListenerTLS)(nil),      // 23: novaedge.v1.ListenerTLS
-	(*RedirectScheme)(nil),   // 24: novaedge.v1.RedirectScheme
-	(*Compression)(nil),      // 25: novaedge.v1.Compression
-	(*Route)(nil),            // 26: novaedge.v1.Route
-	(*RouteRule)(nil),        // 27: novaedge.v1.RouteRule
-	(*StringMatch)(nil),      // 28: novaedge.v1.StringMatch
-	(*RouteMatch)(nil),       // 29: novaedge.v1.RouteMatch
-	(*HeaderValue)(nil),      // 30: novaedge.v1.HeaderValue
-	(*HeaderModifier)(nil),   // 31: novaedge.v1.HeaderModifier
-	(*PathModifier)(nil),     // 32: novaedge.v1.PathModifier
-	(*URLRewrite)(nil),       // 33: novaedge.v1.URLRewrite
-	(*RequestRedirect)(nil),  // 34: novaedge.v1.RequestRedirect
-	(*RequestMirror)(nil),    // 35: novaedge.v1.RequestMirror
-	(*RouteFilter)(nil),      // 36: novaedge.v1.RouteFilter
-	(*WeightedBackend)(nil),  // 37: novaedge.v1.WeightedBackend
-	(*RetryPolicy)(nil),      // 38: novaedge.v1.RetryPolicy
-	(*RouteTimeouts)(nil),    // 39: novaedge.v1.RouteTimeouts
-	(*Backend)(nil),          // 40: novaedge.v1.Backend
-	(*HashPolicy)(nil),       // 41: novaedge.v1.HashPolicy
-	(*BackendTLS)(nil),       // 42: novaedge.v1.BackendTLS
-	(*Endpoint)(nil),         // 43: novaedge.v1.Endpoint
-	(*HealthCheck)(nil),      // 44: novaedge.v1.HealthCheck
-	(*CircuitBreaker)(nil),   // 45: novaedge.v1.CircuitBreaker
-	(*Policy)(nil),           // 46: novaedge.v1.Policy
-	(*RateLimitPolicy)(nil),  // 47: novaedge.v1.RateLimitPolicy
-	(*JWTPolicy)(nil),        // 48: novaedge.v1.JWTPolicy
-	(*CORSPolicy)(nil),       // 49: novaedge.v1.CORSPolicy
-	(*IPFilterPolicy)(nil),   // 50: novaedge.v1.IPFilterPolicy
-	(*Certificate)(nil),      // 51: novaedge.v1.Certificate
-	(*PlanEntry)(nil),        // 52: novaedge.v1.PlanEntry
-	(*Diagnostic)(nil),       // 53: novaedge.v1.Diagnostic
+	(Affinity)(0),            // 11: novaedge.v1.Affinity
+	(Severity)(0),            // 12: novaedge.v1.Severity
+	(*ConfigSnapshot)(nil),   // 13: novaedge.v1.ConfigSnapshot
+	(*ClusterConfig)(nil),    // 14: novaedge.v1.ClusterConfig
+	(*NodeConfig)(nil),       // 15: novaedge.v1.NodeConfig
+	(*VIP)(nil),              // 16: novaedge.v1.VIP
+	(*Forwarding)(nil),       // 17: novaedge.v1.Forwarding
+	(*VIPAssignment)(nil),    // 18: novaedge.v1.VIPAssignment
+	(*BGPAnnouncement)(nil),  // 19: novaedge.v1.BGPAnnouncement
+	(*BGPPeer)(nil),          // 20: novaedge.v1.BGPPeer
+	(*OSPFAnnouncement)(nil), // 21: novaedge.v1.OSPFAnnouncement
+	(*BFD)(nil),              // 22: novaedge.v1.BFD
+	(*Listener)(nil),         // 23: novaedge.v1.Listener
+	(*ListenerTLS)(nil),      // 24: novaedge.v1.ListenerTLS
+	(*RedirectScheme)(nil),   // 25: novaedge.v1.RedirectScheme
+	(*Compression)(nil),      // 26: novaedge.v1.Compression
+	(*Route)(nil),            // 27: novaedge.v1.Route
+	(*RouteRule)(nil),        // 28: novaedge.v1.RouteRule
+	(*StringMatch)(nil),      // 29: novaedge.v1.StringMatch
+	(*RouteMatch)(nil),       // 30: novaedge.v1.RouteMatch
+	(*HeaderValue)(nil),      // 31: novaedge.v1.HeaderValue
+	(*HeaderModifier)(nil),   // 32: novaedge.v1.HeaderModifier
+	(*PathModifier)(nil),     // 33: novaedge.v1.PathModifier
+	(*URLRewrite)(nil),       // 34: novaedge.v1.URLRewrite
+	(*RequestRedirect)(nil),  // 35: novaedge.v1.RequestRedirect
+	(*RequestMirror)(nil),    // 36: novaedge.v1.RequestMirror
+	(*RouteFilter)(nil),      // 37: novaedge.v1.RouteFilter
+	(*WeightedBackend)(nil),  // 38: novaedge.v1.WeightedBackend
+	(*RetryPolicy)(nil),      // 39: novaedge.v1.RetryPolicy
+	(*RouteTimeouts)(nil),    // 40: novaedge.v1.RouteTimeouts
+	(*Backend)(nil),          // 41: novaedge.v1.Backend
+	(*HashPolicy)(nil),       // 42: novaedge.v1.HashPolicy
+	(*BackendTLS)(nil),       // 43: novaedge.v1.BackendTLS
+	(*Endpoint)(nil),         // 44: novaedge.v1.Endpoint
+	(*HealthCheck)(nil),      // 45: novaedge.v1.HealthCheck
+	(*CircuitBreaker)(nil),   // 46: novaedge.v1.CircuitBreaker
+	(*Policy)(nil),           // 47: novaedge.v1.Policy
+	(*RateLimitPolicy)(nil),  // 48: novaedge.v1.RateLimitPolicy
+	(*JWTPolicy)(nil),        // 49: novaedge.v1.JWTPolicy
+	(*CORSPolicy)(nil),       // 50: novaedge.v1.CORSPolicy
+	(*IPFilterPolicy)(nil),   // 51: novaedge.v1.IPFilterPolicy
+	(*Certificate)(nil),      // 52: novaedge.v1.Certificate
+	(*PlanEntry)(nil),        // 53: novaedge.v1.PlanEntry
+	(*Diagnostic)(nil),       // 54: novaedge.v1.Diagnostic
 }
 var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
-	13, // 0: novaedge.v1.ConfigSnapshot.cluster:type_name -> novaedge.v1.ClusterConfig
-	14, // 1: novaedge.v1.ConfigSnapshot.node:type_name -> novaedge.v1.NodeConfig
-	53, // 2: novaedge.v1.ConfigSnapshot.diagnostics:type_name -> novaedge.v1.Diagnostic
-	15, // 3: novaedge.v1.ClusterConfig.vips:type_name -> novaedge.v1.VIP
-	22, // 4: novaedge.v1.ClusterConfig.listeners:type_name -> novaedge.v1.Listener
-	26, // 5: novaedge.v1.ClusterConfig.routes:type_name -> novaedge.v1.Route
-	40, // 6: novaedge.v1.ClusterConfig.backends:type_name -> novaedge.v1.Backend
-	46, // 7: novaedge.v1.ClusterConfig.policies:type_name -> novaedge.v1.Policy
-	51, // 8: novaedge.v1.ClusterConfig.certificates:type_name -> novaedge.v1.Certificate
-	52, // 9: novaedge.v1.ClusterConfig.plan:type_name -> novaedge.v1.PlanEntry
-	17, // 10: novaedge.v1.NodeConfig.vips:type_name -> novaedge.v1.VIPAssignment
+	14, // 0: novaedge.v1.ConfigSnapshot.cluster:type_name -> novaedge.v1.ClusterConfig
+	15, // 1: novaedge.v1.ConfigSnapshot.node:type_name -> novaedge.v1.NodeConfig
+	54, // 2: novaedge.v1.ConfigSnapshot.diagnostics:type_name -> novaedge.v1.Diagnostic
+	16, // 3: novaedge.v1.ClusterConfig.vips:type_name -> novaedge.v1.VIP
+	23, // 4: novaedge.v1.ClusterConfig.listeners:type_name -> novaedge.v1.Listener
+	27, // 5: novaedge.v1.ClusterConfig.routes:type_name -> novaedge.v1.Route
+	41, // 6: novaedge.v1.ClusterConfig.backends:type_name -> novaedge.v1.Backend
+	47, // 7: novaedge.v1.ClusterConfig.policies:type_name -> novaedge.v1.Policy
+	52, // 8: novaedge.v1.ClusterConfig.certificates:type_name -> novaedge.v1.Certificate
+	53, // 9: novaedge.v1.ClusterConfig.plan:type_name -> novaedge.v1.PlanEntry
+	18, // 10: novaedge.v1.NodeConfig.vips:type_name -> novaedge.v1.VIPAssignment
 	0,  // 11: novaedge.v1.VIP.mode:type_name -> novaedge.v1.VIPMode
-	16, // 12: novaedge.v1.VIP.forwarding:type_name -> novaedge.v1.Forwarding
+	17, // 12: novaedge.v1.VIP.forwarding:type_name -> novaedge.v1.Forwarding
 	1,  // 13: novaedge.v1.Forwarding.mode:type_name -> novaedge.v1.ForwardingMode
 	2,  // 14: novaedge.v1.Forwarding.encapsulation:type_name -> novaedge.v1.Encapsulation
 	0,  // 15: novaedge.v1.VIPAssignment.mode:type_name -> novaedge.v1.VIPMode
 	3,  // 16: novaedge.v1.VIPAssignment.role:type_name -> novaedge.v1.VIPRole
-	18, // 17: novaedge.v1.VIPAssignment.bgp:type_name -> novaedge.v1.BGPAnnouncement
-	20, // 18: novaedge.v1.VIPAssignment.ospf:type_name -> novaedge.v1.OSPFAnnouncement
-	21, // 19: novaedge.v1.VIPAssignment.bfd:type_name -> novaedge.v1.BFD
-	19, // 20: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
+	19, // 17: novaedge.v1.VIPAssignment.bgp:type_name -> novaedge.v1.BGPAnnouncement
+	21, // 18: novaedge.v1.VIPAssignment.ospf:type_name -> novaedge.v1.OSPFAnnouncement
+	22, // 19: novaedge.v1.VIPAssignment.bfd:type_name -> novaedge.v1.BFD
+	20, // 20: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
 	4,  // 21: novaedge.v1.Listener.protocol:type_name -> novaedge.v1.Protocol
-	23, // 22: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
-	24, // 23: novaedge.v1.Listener.redirect_scheme:type_name -> novaedge.v1.RedirectScheme
-	25, // 24: novaedge.v1.Listener.compression:type_name -> novaedge.v1.Compression
+	24, // 22: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
+	25, // 23: novaedge.v1.Listener.redirect_scheme:type_name -> novaedge.v1.RedirectScheme
+	26, // 24: novaedge.v1.Listener.compression:type_name -> novaedge.v1.Compression
 	5,  // 25: novaedge.v1.Route.kind:type_name -> novaedge.v1.RouteKind
-	27, // 26: novaedge.v1.Route.rules:type_name -> novaedge.v1.RouteRule
-	29, // 27: novaedge.v1.RouteRule.matches:type_name -> novaedge.v1.RouteMatch
-	36, // 28: novaedge.v1.RouteRule.filters:type_name -> novaedge.v1.RouteFilter
-	37, // 29: novaedge.v1.RouteRule.backends:type_name -> novaedge.v1.WeightedBackend
-	38, // 30: novaedge.v1.RouteRule.retry:type_name -> novaedge.v1.RetryPolicy
-	39, // 31: novaedge.v1.RouteRule.timeouts:type_name -> novaedge.v1.RouteTimeouts
+	28, // 26: novaedge.v1.Route.rules:type_name -> novaedge.v1.RouteRule
+	30, // 27: novaedge.v1.RouteRule.matches:type_name -> novaedge.v1.RouteMatch
+	37, // 28: novaedge.v1.RouteRule.filters:type_name -> novaedge.v1.RouteFilter
+	38, // 29: novaedge.v1.RouteRule.backends:type_name -> novaedge.v1.WeightedBackend
+	39, // 30: novaedge.v1.RouteRule.retry:type_name -> novaedge.v1.RetryPolicy
+	40, // 31: novaedge.v1.RouteRule.timeouts:type_name -> novaedge.v1.RouteTimeouts
 	6,  // 32: novaedge.v1.StringMatch.type:type_name -> novaedge.v1.MatchType
-	28, // 33: novaedge.v1.RouteMatch.path:type_name -> novaedge.v1.StringMatch
-	28, // 34: novaedge.v1.RouteMatch.headers:type_name -> novaedge.v1.StringMatch
-	28, // 35: novaedge.v1.RouteMatch.query_params:type_name -> novaedge.v1.StringMatch
-	30, // 36: novaedge.v1.HeaderModifier.set:type_name -> novaedge.v1.HeaderValue
-	30, // 37: novaedge.v1.HeaderModifier.add:type_name -> novaedge.v1.HeaderValue
-	32, // 38: novaedge.v1.URLRewrite.path:type_name -> novaedge.v1.PathModifier
-	32, // 39: novaedge.v1.RequestRedirect.path:type_name -> novaedge.v1.PathModifier
-	31, // 40: novaedge.v1.RouteFilter.request_header_modifier:type_name -> novaedge.v1.HeaderModifier
-	31, // 41: novaedge.v1.RouteFilter.response_header_modifier:type_name -> novaedge.v1.HeaderModifier
-	33, // 42: novaedge.v1.RouteFilter.url_rewrite:type_name -> novaedge.v1.URLRewrite
-	34, // 43: novaedge.v1.RouteFilter.request_redirect:type_name -> novaedge.v1.RequestRedirect
-	35, // 44: novaedge.v1.RouteFilter.request_mirror:type_name -> novaedge.v1.RequestMirror
+	29, // 33: novaedge.v1.RouteMatch.path:type_name -> novaedge.v1.StringMatch
+	29, // 34: novaedge.v1.RouteMatch.headers:type_name -> novaedge.v1.StringMatch
+	29, // 35: novaedge.v1.RouteMatch.query_params:type_name -> novaedge.v1.StringMatch
+	31, // 36: novaedge.v1.HeaderModifier.set:type_name -> novaedge.v1.HeaderValue
+	31, // 37: novaedge.v1.HeaderModifier.add:type_name -> novaedge.v1.HeaderValue
+	33, // 38: novaedge.v1.URLRewrite.path:type_name -> novaedge.v1.PathModifier
+	33, // 39: novaedge.v1.RequestRedirect.path:type_name -> novaedge.v1.PathModifier
+	32, // 40: novaedge.v1.RouteFilter.request_header_modifier:type_name -> novaedge.v1.HeaderModifier
+	32, // 41: novaedge.v1.RouteFilter.response_header_modifier:type_name -> novaedge.v1.HeaderModifier
+	34, // 42: novaedge.v1.RouteFilter.url_rewrite:type_name -> novaedge.v1.URLRewrite
+	35, // 43: novaedge.v1.RouteFilter.request_redirect:type_name -> novaedge.v1.RequestRedirect
+	36, // 44: novaedge.v1.RouteFilter.request_mirror:type_name -> novaedge.v1.RequestMirror
 	7,  // 45: novaedge.v1.Backend.lb_policy:type_name -> novaedge.v1.LBPolicy
-	41, // 46: novaedge.v1.Backend.hash_policy:type_name -> novaedge.v1.HashPolicy
-	42, // 47: novaedge.v1.Backend.tls:type_name -> novaedge.v1.BackendTLS
-	43, // 48: novaedge.v1.Backend.endpoints:type_name -> novaedge.v1.Endpoint
-	44, // 49: novaedge.v1.Backend.health_check:type_name -> novaedge.v1.HealthCheck
-	45, // 50: novaedge.v1.Backend.circuit_breaker:type_name -> novaedge.v1.CircuitBreaker
+	42, // 46: novaedge.v1.Backend.hash_policy:type_name -> novaedge.v1.HashPolicy
+	43, // 47: novaedge.v1.Backend.tls:type_name -> novaedge.v1.BackendTLS
+	44, // 48: novaedge.v1.Backend.endpoints:type_name -> novaedge.v1.Endpoint
+	45, // 49: novaedge.v1.Backend.health_check:type_name -> novaedge.v1.HealthCheck
+	46, // 50: novaedge.v1.Backend.circuit_breaker:type_name -> novaedge.v1.CircuitBreaker
 	8,  // 51: novaedge.v1.Endpoint.state:type_name -> novaedge.v1.EndpointState
-	47, // 52: novaedge.v1.Policy.rate_limit:type_name -> novaedge.v1.RateLimitPolicy
-	48, // 53: novaedge.v1.Policy.jwt:type_name -> novaedge.v1.JWTPolicy
-	49, // 54: novaedge.v1.Policy.cors:type_name -> novaedge.v1.CORSPolicy
-	50, // 55: novaedge.v1.Policy.ip_filter:type_name -> novaedge.v1.IPFilterPolicy
-	30, // 56: novaedge.v1.JWTPolicy.forward_claims:type_name -> novaedge.v1.HeaderValue
+	48, // 52: novaedge.v1.Policy.rate_limit:type_name -> novaedge.v1.RateLimitPolicy
+	49, // 53: novaedge.v1.Policy.jwt:type_name -> novaedge.v1.JWTPolicy
+	50, // 54: novaedge.v1.Policy.cors:type_name -> novaedge.v1.CORSPolicy
+	51, // 55: novaedge.v1.Policy.ip_filter:type_name -> novaedge.v1.IPFilterPolicy
+	31, // 56: novaedge.v1.JWTPolicy.forward_claims:type_name -> novaedge.v1.HeaderValue
 	10, // 57: novaedge.v1.PlanEntry.protocol:type_name -> novaedge.v1.L4Protocol
 	9,  // 58: novaedge.v1.PlanEntry.path:type_name -> novaedge.v1.DataPath
-	43, // 59: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
-	16, // 60: novaedge.v1.PlanEntry.forwarding:type_name -> novaedge.v1.Forwarding
-	11, // 61: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	44, // 59: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
+	17, // 60: novaedge.v1.PlanEntry.forwarding:type_name -> novaedge.v1.Forwarding
+	11, // 61: novaedge.v1.PlanEntry.affinity:type_name -> novaedge.v1.Affinity
+	12, // 62: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_novaedge_v1_snapshot_proto_init() }
@@ -4774,7 +4858,7 @@ func file_novaedge_v1_snapshot_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_novaedge_v1_snapshot_proto_rawDesc), len(file_novaedge_v1_snapshot_proto_rawDesc)),
-			NumEnums:      12,
+			NumEnums:      13,
 			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
