@@ -105,8 +105,11 @@ type Options struct {
 	// configuration is in service, so a bad edit never takes a resource
 	// away. The first configuration after a start is served without its
 	// bad resources (or replaced by the cached last good one, see
-	// StateDir). The standalone agent sets it; a controller's snapshots
-	// have already been decided on.
+	// StateDir). The standalone agent sets it. A controller's snapshots
+	// have been decided on: their error diagnostics name resources the
+	// controller left out (and reported in their status), so one bad
+	// resource in the cluster must not stop every update; controller mode
+	// leaves it off and NACKs only what fails to compile.
 	StrictReload bool
 	// StateDir keeps the last applied snapshot across restarts. Empty: no
 	// cache.
@@ -223,6 +226,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.start(ctx)
 
+	changeReason := "files changed"
+	if a.opts.Source.Kind() == "controller" {
+		changeReason = "snapshot from the controller"
+	}
 	changes := make(chan struct{}, 1)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -248,7 +255,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-changes:
-			a.reload(ctx, "files changed")
+			a.reload(ctx, changeReason)
 		case req := <-a.reqs:
 			req.reply <- a.reload(ctx, req.reason)
 		}
@@ -291,6 +298,10 @@ func (a *Agent) start(ctx context.Context) {
 		}
 	}
 	cand := a.opts.Source.Load()
+	if cand.Unavailable != nil {
+		a.startUnavailable(ctx, cand, cached)
+		return
+	}
 	errs := cand.Diagnostics.Errors()
 	if len(errs) > 0 && a.opts.StrictReload && cached != nil && cached.matches(a.opts.Source, a.opts.NodeName) {
 		a.logProblems(errs)
@@ -303,23 +314,77 @@ func (a *Agent) start(ctx context.Context) {
 		// restored state also sees why.
 		a.reject(cand.Diagnostics, err)
 		restored := Candidate{Snapshot: cached.Snapshot, Diagnostics: diagsFromProto(cached.Snapshot.GetDiagnostics())}
-		if out := a.switchTo(ctx, restored, "restored from cache", true); out.Err != nil {
+		out := a.switchTo(ctx, restored, "restored from cache", true)
+		a.report(restored, out)
+		if out.Err != nil {
 			a.log.Error("the cached configuration does not apply either; serving the valid part of the files", "error", out.Err)
-			a.switchTo(ctx, cand, "start", false)
+			a.report(cand, a.switchTo(ctx, cand, "start", false))
+			return
 		}
+		a.report(cand, Outcome{Version: out.Version, Err: err})
 		return
 	}
 	if len(errs) > 0 {
 		a.logProblems(errs)
 		a.log.Warn("serving the configuration without the resources that have errors; fix them and reload", "errors", len(errs))
 	}
-	a.switchTo(ctx, cand, "start", false)
+	a.report(cand, a.switchTo(ctx, cand, "start", false))
+}
+
+// startUnavailable starts without a configuration from the source (a
+// controller out of reach): from the cache when it was written for the same
+// source and node, else with nothing in service (not ready) until the
+// source offers one.
+func (a *Agent) startUnavailable(ctx context.Context, cand Candidate, cached *cacheEntry) {
+	if cached == nil || !cached.matches(a.opts.Source, a.opts.NodeName) {
+		err := fmt.Errorf("no configuration yet: %w; nothing is served until one arrives", cand.Unavailable)
+		a.log.Error("no configuration to serve and none cached for this source and node", "error", cand.Unavailable)
+		a.reject(nil, err)
+		return
+	}
+	a.restoredFrom = fmt.Sprintf("serving the last good configuration (version %d, applied %s) from %s",
+		cached.Snapshot.GetVersion(), cached.AppliedAt.Format(time.RFC3339), a.cache.path())
+	err := fmt.Errorf("%w; %s", cand.Unavailable, a.restoredFrom)
+	a.log.Error("no configuration from the source; serving the last good configuration from the state directory",
+		"error", cand.Unavailable, "version", cached.Snapshot.GetVersion(), "file", a.cache.path())
+	a.reject(nil, err)
+	restored := Candidate{Snapshot: cached.Snapshot, Diagnostics: diagsFromProto(cached.Snapshot.GetDiagnostics())}
+	out := a.switchTo(ctx, restored, "restored from cache", true)
+	// The source learns what runs (a controller is told on subscribing).
+	a.report(restored, out)
+	if out.Err != nil {
+		a.log.Error("the cached configuration does not apply; nothing is served until the source offers one", "error", out.Err)
+	}
+}
+
+// report tells a source that answers for its candidates (OutcomeReporter)
+// what became of cand.
+func (a *Agent) report(cand Candidate, out Outcome) {
+	if r, ok := a.opts.Source.(OutcomeReporter); ok {
+		r.Report(cand.Snapshot, out, cand.Diagnostics)
+	}
 }
 
 // reload reads the source and applies what it offers.
 func (a *Agent) reload(ctx context.Context, reason string) Outcome {
 	defer releaseMemory()
 	cand := a.opts.Source.Load()
+	if cand.Unavailable != nil {
+		// Nothing offered: whatever serves keeps serving.
+		cur := a.state.Load()
+		a.log.Warn("no configuration from the source; nothing changes", "reason", reason, "error", cand.Unavailable)
+		if cur == nil {
+			return Outcome{Err: cand.Unavailable}
+		}
+		return Outcome{Version: cur.Snapshot.GetVersion(), Err: cand.Unavailable}
+	}
+	out := a.take(ctx, cand, reason)
+	a.report(cand, out)
+	return out
+}
+
+// take applies cand unless it has errors and a configuration serves.
+func (a *Agent) take(ctx context.Context, cand Candidate, reason string) Outcome {
 	cur := a.state.Load()
 	if errs := cand.Diagnostics.Errors(); len(errs) > 0 && a.opts.StrictReload && cur != nil {
 		a.logProblems(errs)

@@ -118,11 +118,20 @@ type harness struct {
 
 func startAgent(t *testing.T, src Source, stateDir string, appliers ...Applier) *harness {
 	t.Helper()
+	h := newAgentHarness(t, src, stateDir, appliers...)
+	waitFor(t, "the first configuration", func() bool { return h.agent.State() != nil })
+	return h
+}
+
+// newAgentHarness runs an agent without waiting for a configuration.
+func newAgentHarness(t *testing.T, src Source, stateDir string, appliers ...Applier) *harness {
+	t.Helper()
 	h := &harness{rec: &recorder{}, logs: &syncBuffer{}}
 	a, err := New(Options{
-		Source:       src,
-		Appliers:     append([]Applier{h.rec}, appliers...),
-		StrictReload: true,
+		Source:   src,
+		Appliers: append([]Applier{h.rec}, appliers...),
+		// As the command sets it: strict for files, not for a controller.
+		StrictReload: src.Kind() != "controller",
 		StateDir:     stateDir,
 		NodeName:     "node-a",
 		Version:      "test",
@@ -146,7 +155,6 @@ func startAgent(t *testing.T, src Source, stateDir string, appliers ...Applier) 
 			h.stop()
 		}
 	})
-	waitFor(t, "the first configuration", func() bool { return a.State() != nil })
 	return h
 }
 

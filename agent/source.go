@@ -31,6 +31,10 @@ type Candidate struct {
 	// Diagnostics of loading and building, with file positions where the
 	// source has them, sorted.
 	Diagnostics diag.List
+	// Unavailable, when set, says why the source has no configuration to
+	// offer (a controller out of reach); Snapshot is then empty and is not
+	// served.
+	Unavailable error
 }
 
 // Source offers configurations.

@@ -1,6 +1,7 @@
-// Command novaedge-agent is NovaEdge's per-node agent. In standalone mode
-// (--standalone) it reads configuration files instead of following a
-// controller; see package agent for the pipeline.
+// Command novaedge-agent is NovaEdge's per-node agent. It follows the
+// controller's snapshot stream (--controller), or in standalone mode
+// (--standalone) reads configuration files; see package agent for the
+// pipeline.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/novaedge/novaedge/agent"
 	"github.com/novaedge/novaedge/cli"
+	"github.com/novaedge/novaedge/controller/pki"
 	"github.com/novaedge/novaedge/deploy/examples"
 	"github.com/novaedge/novaedge/fastpath"
 	"github.com/novaedge/novaedge/fastpath/attach"
@@ -41,6 +44,9 @@ var version = "dev"
 // flags are the agent's settings.
 type flags struct {
 	standalone    bool
+	controller    string
+	controllerTLS string
+	serverName    string
 	configs       []string
 	nodeName      string
 	nodeLabels    map[string]string
@@ -79,6 +85,16 @@ Local VIP addresses, the XDP fast path (L4 balancing in the kernel) and the Go
 proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and TLS listeners) now; VIP
 announcement (ARP/NDP, BGP, OSPF) as it lands.
 
+Controller mode (--controller host:port) follows the NovaEdge controller: the
+agent subscribes for its node over gRPC with mutual TLS (ca.crt, tls.crt and
+tls.key in --controller-tls-dir, the mounted novaedge-agent-tls Secret),
+applies each snapshot the controller sends and answers it: ACK when it serves
+it, NACK with the errors when it rejects it (a snapshot with errors, or one a
+data plane cannot compile), in which case the last good one keeps serving. The
+agent reconnects by itself with backoff; when the controller is unreachable at
+start, it serves the last good snapshot kept in --state-dir for the same
+controller and node.
+
 Standalone mode (--standalone) needs no Kubernetes: the agent reads YAML files
 of the NovaEdge kinds (--config, a file or a directory of *.yaml/*.yml; without
 --config the embedded example deploy/examples/standalone.yaml), builds the
@@ -96,11 +112,9 @@ backends across restarts and upgrades.
 
 On SIGTERM or SIGINT the agent stops its servers and exits, leaving VIP
 addresses and the XDP program in place so a restart does not drop traffic;
-"novaedgectl fastpath uninstall" removes the fast path.
-
-Connecting to a controller (without --standalone) is not implemented in this
-build.`,
-		Example: `  novaedge-agent --standalone
+"novaedgectl fastpath uninstall" removes the fast path.`,
+		Example: `  novaedge-agent --controller novaedge-controller.novaedge-system.svc:9443 --node-name "$NODE_NAME"
+  novaedge-agent --standalone
   novaedge-agent --standalone --config /etc/novaedge/ --node-name edge-1
   novaedge-agent --standalone --config config.yaml --dry-run`,
 		Version:       version,
@@ -112,7 +126,10 @@ build.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&f.standalone, "standalone", false, "read configuration from --config files instead of a controller (the only mode in this build)")
+	fl.BoolVar(&f.standalone, "standalone", false, "read configuration from --config files instead of a controller; exclusive with --controller")
+	fl.StringVar(&f.controller, "controller", "", "host:port of the controller's gRPC stream (e.g. novaedge-controller.novaedge-system.svc:9443) to follow; exclusive with --standalone")
+	fl.StringVar(&f.controllerTLS, "controller-tls-dir", "/etc/novaedge/tls", "directory with ca.crt (the CA of the controller's certificate), tls.crt and tls.key (the agent's client certificate) for --controller")
+	fl.StringVar(&f.serverName, "controller-server-name", "", "name the controller's certificate must carry; empty: the host part of --controller")
 	fl.StringArrayVar(&f.configs, "config", nil, "configuration file or directory (its *.yaml and *.yml files); repeatable; empty: the embedded example deploy/examples/standalone.yaml")
 	fl.StringVar(&f.nodeName, "node-name", "", "this node's name: VIP assignment and status use it; empty: $NODE_NAME, else the host name")
 	fl.StringToStringVar(&f.nodeLabels, "node-labels", nil, "this node's labels as key=value,...; standalone ProxyVIP nodeSelectors match them")
@@ -142,8 +159,21 @@ func (f *flags) check() error {
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return usageErr{fmt.Errorf("--log-format %q: must be text or json", f.logFormat)}
 	}
-	if !f.standalone {
-		return usageErr{errors.New("connecting to a controller is not implemented in this build; run with --standalone (and --config)")}
+	switch {
+	case f.standalone && f.controller != "":
+		return usageErr{errors.New("--standalone and --controller are exclusive: read configuration files or follow a controller")}
+	case !f.standalone && f.controller == "":
+		return usageErr{errors.New("one of --standalone (configuration files) or --controller host:port (follow a controller) is required")}
+	case f.controller != "":
+		if _, _, err := net.SplitHostPort(f.controller); err != nil {
+			return usageErr{fmt.Errorf("--controller %q: want host:port: %w", f.controller, err)}
+		}
+		if len(f.configs) > 0 {
+			return usageErr{errors.New("--config is for --standalone; with --controller the configuration comes from the controller")}
+		}
+		if f.dryRun {
+			return usageErr{errors.New("--dry-run checks --standalone configuration files; it does not apply to --controller")}
+		}
 	}
 	if !slices.Contains([]string{"on", "auto", "off"}, f.fastpath) {
 		return usageErr{fmt.Errorf("--fastpath %q: must be on, auto or off", f.fastpath)}
@@ -241,19 +271,33 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	src := &agent.FileSource{Paths: f.configs, DefaultName: examples.StandaloneName, Default: examples.Standalone, Node: node}
+	files := &agent.FileSource{Paths: f.configs, DefaultName: examples.StandaloneName, Default: examples.Standalone, Node: node}
 	if f.dryRun {
-		return dryRun(stdout, src)
+		return dryRun(stdout, files)
 	}
 	log := f.logger(stderr)
+	var src agent.Source = files
+	if !f.watch {
+		src = noWatch{files}
+	}
+	if f.controller != "" {
+		cs, err := f.controllerSource(node.Name, log)
+		if err != nil {
+			return err
+		}
+		defer cs.Close()
+		src = cs
+	}
 	features := kernel.Run(kernel.Probes())
 	for _, ft := range kernel.Missing(features) {
 		log.Warn("kernel feature missing", "feature", ft.Name, "detail", ft.Detail)
 	}
 
 	opts := agent.Options{
-		Source:       src,
-		StrictReload: true,
+		Source: src,
+		// Files: a bad edit never takes a resource away. Controller:
+		// snapshots are decided on; only a compile error is refused.
+		StrictReload: f.controller == "",
 		StateDir:     f.stateDir,
 		NodeName:     node.Name,
 		Version:      version,
@@ -307,9 +351,6 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			confirmHandoff = confirm
 			serveOpts.BindRetry = time.Minute
 		}
-	}
-	if !f.watch {
-		opts.Source = noWatch{src}
 	}
 	a, err := agent.New(opts)
 	if err != nil {
@@ -370,6 +411,27 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped; VIP addresses stay bound for the next start")
 	return nil
+}
+
+// controllerSource returns the source that follows --controller, with the
+// TLS material of --controller-tls-dir.
+func (f *flags) controllerSource(node string, log *slog.Logger) (*agent.ControllerSource, error) {
+	name := f.serverName
+	if name == "" {
+		name, _, _ = net.SplitHostPort(f.controller) // checked by check
+	}
+	tlsConfig, err := pki.ClientTLSConfig(f.controllerTLS, name)
+	if err != nil {
+		return nil, fmt.Errorf("--controller-tls-dir: %w", err)
+	}
+	return &agent.ControllerSource{
+		Address:      f.controller,
+		ServerName:   name,
+		TLS:          tlsConfig,
+		Node:         node,
+		AgentVersion: version,
+		Logger:       log.With("component", "controller-stream"),
+	}, nil
 }
 
 // noWatch is a source whose changes are noticed only on request.

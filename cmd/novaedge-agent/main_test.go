@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/novaedge/novaedge/controller/stream"
+	"github.com/novaedge/novaedge/controller/stream/streamtest"
 	"github.com/novaedge/novaedge/deploy/examples"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
@@ -37,7 +39,14 @@ func TestUsage(t *testing.T) {
 		stderr string // substring
 	}{
 		{"help", []string{"--help"}, 0, "Standalone mode (--standalone)", ""},
-		{"no mode", nil, 2, "", "connecting to a controller is not implemented in this build; run with --standalone"},
+		{"help on controller mode", []string{"--help"}, 0, "Controller mode (--controller host:port)", ""},
+		{"no mode", nil, 2, "", "one of --standalone (configuration files) or --controller host:port (follow a controller) is required"},
+		{"both modes", []string{"--standalone", "--controller", "c:9443"}, 2, "", "--standalone and --controller are exclusive"},
+		{"controller without port", []string{"--controller", "novaedge-controller"}, 2, "", `--controller "novaedge-controller": want host:port`},
+		{"controller with config", []string{"--controller", "c:9443", "--config", "x.yaml"}, 2, "", "--config is for --standalone"},
+		{"controller dry run", []string{"--controller", "c:9443", "--dry-run"}, 2, "", "--dry-run checks --standalone configuration files"},
+		{"controller without TLS files", []string{"--controller", "c:9443", "--controller-tls-dir", "/nonexistent-tls"}, 1, "", "--controller-tls-dir: "},
+		{"controller TLS files named", []string{"--controller", "c:9443", "--controller-tls-dir", "/nonexistent-tls"}, 1, "", "/nonexistent-tls/ca.crt"},
 		{"bad log level", []string{"--standalone", "--log-level", "loud"}, 2, "", `--log-level "loud"`},
 		{"bad log format", []string{"--standalone", "--log-format", "xml"}, 2, "", `--log-format "xml"`},
 		{"unknown flag", []string{"--nope"}, 2, "", "unknown flag: --nope"},
@@ -352,5 +361,85 @@ func TestSIGHUPReload(t *testing.T) {
 	p.waitStatus(t, "version 2 after SIGHUP", func(st *pb.AgentStatus) bool { return st.GetAppliedVersion() == 2 })
 	// The log line follows the switch; wait for it.
 	p.waitStatus(t, "the reload's log line", func(*pb.AgentStatus) bool { return strings.Contains(p.logs.String(), "reason=SIGHUP") })
+	p.stop(t)
+}
+
+// TestControllerModeProcess: the agent binary in controller mode connects
+// with the TLS files of --controller-tls-dir, applies what the controller
+// publishes for its node and ACKs it, and stops cleanly. The snapshots have
+// no listeners or VIPs, so the agent binds nothing on this host.
+func TestControllerModeProcess(t *testing.T) {
+	tlsCfg := streamtest.NewTLS(t)
+	dir := t.TempDir()
+	tlsDir := filepath.Join(dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg.WriteClientDir(t, tlsDir)
+	srv := stream.NewServer(stream.Options{})
+	run := streamtest.Serve(t, srv, tlsCfg.Server, "")
+	content := func(port uint32) *pb.ConfigSnapshot {
+		return &pb.ConfigSnapshot{Cluster: &pb.ClusterConfig{Backends: []*pb.Backend{{
+			Name: "demo/web", Endpoints: []*pb.Endpoint{{Address: "127.0.0.1", Port: port, Weight: 1}},
+		}}}}
+	}
+	applied := func() uint64 {
+		for _, st := range srv.Agents() {
+			if st.Node == "edge-1" {
+				return st.AppliedVersion
+			}
+		}
+		return 0
+	}
+	waitApplied := func(what string, v uint64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for applied() != v {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (version %d)", what, v)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	srv.Publish("edge-1", content(18081))
+	v1 := srv.Agents()[0].PublishedVersion
+
+	sock := filepath.Join(dir, "agent.sock")
+	p := &agentProc{logs: &lockedBuffer{}, sock: sock, done: make(chan error, 1)}
+	p.cmd = exec.Command(agentBinary(t), "--controller", run.Addr, "--controller-tls-dir", tlsDir, "--node-name", "edge-1",
+		"--fastpath", "off", "--bind-local-vips=false", "--metrics-addr", "", "--handoff-socket", "",
+		"--admin-socket", sock, "--state-dir", filepath.Join(dir, "state"))
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			if err := <-p.done; err != nil {
+				t.Logf("agent stopped: %v", err)
+			}
+		}
+		if t.Failed() {
+			t.Logf("the agent's log:\n%s", p.logs.String())
+		}
+	})
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	p.client = pb.NewAgentAdminClient(conn)
+
+	waitApplied("the ACK of the first snapshot", v1)
+	st := p.waitStatus(t, "the first snapshot in service", func(st *pb.AgentStatus) bool { return st.GetAppliedVersion() == v1 })
+	if st.GetSource() != "controller" || !strings.Contains(st.GetControllerAddress(), run.Addr) || st.GetNodeName() != "edge-1" {
+		t.Fatalf("status = %v", st)
+	}
+
+	srv.Publish("edge-1", content(18082))
+	v2 := srv.Agents()[0].PublishedVersion
+	waitApplied("the ACK of the second snapshot", v2)
 	p.stop(t)
 }
