@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func TestControllerSaysNotImplemented(t *testing.T) {
+func TestControllerFlags(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.kubeconfig")
 	tests := []struct {
 		name   string
 		args   []string
@@ -14,12 +16,12 @@ func TestControllerSaysNotImplemented(t *testing.T) {
 		stdout string // substring
 		stderr string // substring
 	}{
-		{"default flags", nil, 1, "", "the controller is not implemented in this build yet"},
-		{"every flag", []string{"--kubeconfig", "/k", "--grpc-addr", ":1", "--metrics-addr", ":2", "--leader-elect=false", "--namespace", "x", "--log-level", "debug", "--log-format", "json"}, 1, "", "not implemented"},
-		{"help", []string{"--help"}, 0, "NOT IMPLEMENTED IN THIS BUILD", ""},
+		{"help", []string{"--help"}, 0, "streams a versioned ConfigSnapshot", ""},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "", `--log-level "loud"`},
 		{"bad log format", []string{"--log-format", "xml"}, 2, "", `--log-format "xml"`},
+		{"empty grpc address", []string{"--grpc-addr", ""}, 2, "", "--grpc-addr: must not be empty"},
 		{"unknown flag", []string{"--nope"}, 2, "", "unknown flag"},
+		{"kubeconfig missing", []string{"--kubeconfig", missing}, 2, "", "kubernetes configuration (--kubeconfig"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,7 +37,7 @@ func TestControllerSaysNotImplemented(t *testing.T) {
 func TestControllerHelpExplainsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
 	run([]string{"--help"}, &out, &out)
-	for _, f := range []string{"--kubeconfig", "--grpc-addr", "--metrics-addr", "--leader-elect", "--namespace", "--log-level", "--log-format"} {
+	for _, f := range []string{"--kubeconfig", "--grpc-addr", "--metrics-addr", "--health-addr", "--leader-elect", "--namespace", "--pod-name", "--default-lb-class", "--log-level", "--log-format"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}
