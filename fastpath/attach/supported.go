@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -16,7 +17,8 @@ import (
 // attaches XDP programs through BPF links (Linux 5.9 or later). The probe
 // attaches a program that passes every packet to the loopback device of a
 // network namespace made for the purpose, so no interface of the host is
-// touched.
+// touched; without the right to make one (CAP_SYS_ADMIN, which the agent's
+// pod does not have), to the host's loopback for a moment.
 func Supported() error {
 	if err := ensureBPFFS(bpffsMountPoint); err != nil {
 		return fmt.Errorf("bpf filesystem: %w", err)
@@ -49,22 +51,36 @@ func probeXDPLink() error {
 		runtime.LockOSThread()
 		done <- probeInNewNetns(prog)
 	}()
-	return <-done
+	err = <-done
+	if errors.Is(err, errNoProbeNetns) {
+		// No CAP_SYS_ADMIN (an unprivileged pod): probe on the host's
+		// loopback instead. An XDP_PASS program changes nothing for the
+		// moment it is attached in generic mode.
+		return probeOn("lo", prog)
+	}
+	return err
+}
+
+// errNoProbeNetns: the probe could not get a namespace of its own.
+var errNoProbeNetns = errors.New("cannot create a network namespace for the probe")
+
+func probeOn(ifname string, prog *ebpf.Program) error {
+	dev, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("find %s for the xdp probe: %w", ifname, err)
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: dev.Attrs().Index, Flags: link.XDPGenericMode})
+	if err != nil {
+		return fmt.Errorf("attach probe program: %w", err)
+	}
+	return l.Close()
 }
 
 func probeInNewNetns(prog *ebpf.Program) error {
 	ns, err := netns.New()
 	if err != nil {
-		return fmt.Errorf("create probe network namespace: %w", err)
+		return fmt.Errorf("%w: %w", errNoProbeNetns, err)
 	}
 	defer func() { _ = ns.Close() }()
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("find lo in probe namespace: %w", err)
-	}
-	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: lo.Attrs().Index, Flags: link.XDPGenericMode})
-	if err != nil {
-		return fmt.Errorf("attach probe program: %w", err)
-	}
-	return l.Close()
+	return probeOn("lo", prog)
 }

@@ -24,10 +24,12 @@ func reservePorts(lo, hi uint16) error {
 	}
 	want := fmt.Sprintf("%d-%d", lo, hi)
 	have := strings.TrimSpace(string(cur))
-	for _, r := range strings.Split(have, ",") {
-		if r == want {
-			return nil
-		}
+	// The kernel merges adjacent ranges ("9999" and "10000-32767" read
+	// back as "9999-32767"): look for a range holding ours, not our text.
+	// A read-only /proc/sys (an unprivileged pod whose init container set
+	// it) then needs no write.
+	if reservedCovers(have, lo, hi) {
+		return nil
 	}
 	next := want
 	if have != "" {
@@ -37,6 +39,23 @@ func reservePorts(lo, hi uint16) error {
 		return fmt.Errorf("reserve SNAT ports %s in %s: %w", want, reservedPortsPath, err)
 	}
 	return nil
+}
+
+// reservedCovers reports whether one range of the sysctl's list ("a-b,c")
+// holds all of lo-hi.
+func reservedCovers(list string, lo, hi uint16) bool {
+	for _, r := range strings.Split(list, ",") {
+		a, b, isRange := strings.Cut(strings.TrimSpace(r), "-")
+		if !isRange {
+			b = a
+		}
+		first, err1 := strconv.Atoi(a)
+		last, err2 := strconv.Atoi(b)
+		if err1 == nil && err2 == nil && first <= int(lo) && int(hi) <= last {
+			return true
+		}
+	}
+	return false
 }
 
 // PrepareInterfaces sets what the kernel must allow on the interfaces the
@@ -52,6 +71,11 @@ func reservePorts(lo, hi uint16) error {
 func PrepareInterfaces(ifnames []string) error {
 	for _, name := range ifnames {
 		path := "/proc/sys/net/ipv4/conf/" + name + "/accept_local"
+		// Set already (by the chart's init container, say): no write, so a
+		// read-only /proc/sys is fine.
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == "1" {
+			continue
+		}
 		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
 			return fmt.Errorf("let the kernel forward frames with the node's own source address on %s (%s): %w", name, path, err)
 		}
