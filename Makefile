@@ -20,9 +20,9 @@ TOOLS := $(CURDIR)/bin/tools
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 # The paths `make generate` writes; verify-generate checks exactly these.
-GENERATED_PATHS := gen deploy/crds api
+GENERATED_PATHS := gen deploy/crds deploy/helm/novaedge/crds api
 
-.PHONY: help deps tools build generate verify-generate test fmt-check vet lint demo bench clean
+.PHONY: help deps tools build generate verify-generate test envtest fmt-check vet lint demo bench clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -39,6 +39,7 @@ generate: deps ## regenerate deepcopy (api/), CRDs (deploy/crds), protobuf/gRPC 
 	@rm -f deploy/crds/novaedge.io_*.yaml
 	$(TOOLS)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(TOOLS)/controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=deploy/crds
+	rm -f deploy/helm/novaedge/crds/*.yaml && cp deploy/crds/novaedge.io_*.yaml deploy/helm/novaedge/crds/
 	@echo "generate: protoc ($$(protoc --version))"
 	@find gen -name '*.pb.go' -delete 2>/dev/null || true
 	@protos=$$(find api/proto -name '*.proto' | sort); \
@@ -73,7 +74,11 @@ test: ## install deps, vet, gofmt check, verify generated code, then go test -ra
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory fmt-check
 	$(MAKE) --no-print-directory verify-generate
-	go test -race -count=1 -timeout 20m ./...
+	@# A separate assignment, so that a failed build of the envtest binaries stops here.
+	assets="$$(hack/envtest-assets.sh)"; KUBEBUILDER_ASSETS="$$assets" go test -race -count=1 -timeout 20m ./...
+
+envtest: ## build/cache the kube-apiserver and etcd used by the tests (hack/envtest-assets.sh)
+	@hack/envtest-assets.sh
 
 lint: ## golangci-lint (pinned in tools/lint/go.mod) with .golangci.yml; not part of test
 	@hack/install-deps.sh --lint

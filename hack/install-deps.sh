@@ -6,6 +6,8 @@
 #   2. the pinned Go tools of tools/go.mod (controller-gen, protoc-gen-go,
 #      protoc-gen-go-grpc, bpf2go, and h2spec, the HTTP/2 conformance tester
 #      the slow path's tests run), built into bin/tools/.
+#   3. helm (pinned in build_helm), which the Helm chart's tests in
+#      deploy/helm run, built into bin/tools/.
 #
 # With --lint it builds only golangci-lint (tools/lint/go.mod) into bin/tools/
 # and touches no Debian package; `make lint` uses that. With --bench it
@@ -40,8 +42,9 @@ declare -A provides=(
 	[protobuf-compiler]=/usr/bin/protoc
 	[ethtool]=/usr/sbin/ethtool     # NIC offload settings for XDP tests
 	[nftables]=/usr/sbin/nft        # nftables DNAT baseline for benchmarks
+	[frr]=/usr/lib/frr/bfdd         # FRR as the router in vip/ tests (bfdd, vtysh)
 )
-packages=(clang llvm libbpf-dev bpftool iproute2 protobuf-compiler ethtool nftables)
+packages=(clang llvm libbpf-dev bpftool iproute2 protobuf-compiler ethtool nftables frr)
 
 install_packages() {
 	local missing=() p status
@@ -108,10 +111,40 @@ build_tools() {
 	log "  built in $((SECONDS - start))s"
 }
 
+# Helm builds from its own module (not tools/go.mod: its dependency tree
+# would pin Kubernetes versions for the other tools); the chart's tests in
+# deploy/helm run bin/tools/helm. The -X flags are those of helm's own
+# release build: without them `helm version` says v3.22, and `helm template`
+# and `helm lint` assume Kubernetes 1.20 instead of the 1.37 of the
+# client-go helm v3.22.0 is built with.
+helm_version=v3.22.0
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37"
+
+# build_helm builds helm $helm_version into bin/tools/ unless the binary
+# there already reports that version.
+build_helm() {
+	local have=""
+	if [[ -x bin/tools/helm ]]; then
+		have=$(bin/tools/helm version --template '{{.Version}}' 2>/dev/null || true)
+	fi
+	[[ $have == "$helm_version" ]] && return
+	log "building helm $helm_version into bin/tools/ (${have:-not built yet}; takes a few minutes)"
+	mkdir -p bin/tools
+	local start=$SECONDS
+	GOBIN=$PWD/bin/tools GOWORK=off GOFLAGS=-buildvcs=false go install -ldflags "$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$helm_version" ||
+		die "building helm $helm_version failed"
+	have=$(bin/tools/helm version --template '{{.Version}}' 2>/dev/null || true)
+	[[ $have == "$helm_version" ]] || die "bin/tools/helm reports version '${have}', want $helm_version"
+	log "  built helm in $((SECONDS - start))s"
+}
+
 case ${1:-} in
 "")
 	install_packages
 	build_tools tools codegen
+	build_helm
 	;;
 --lint)
 	build_tools tools/lint lint
