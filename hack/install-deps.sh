@@ -63,6 +63,14 @@ install_packages() {
 	[[ $(id -u) -eq 0 ]] || die "missing Debian packages: ${missing[*]}; run as root (or: sudo $0)"
 	command -v apt-get >/dev/null || die "missing Debian packages: ${missing[*]}, and apt-get is not available"
 
+	# The tests start their own nginx, HAProxy and FRR daemons (in
+	# namespaces or on 127.0.0.1); keep Debian's packages from starting
+	# system services on install (nginx on port 80, FRR's zebra on the host).
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	log "installing Debian packages: ${missing[*]}"
 	local aptlog
 	aptlog=$(mktemp)
@@ -153,13 +161,6 @@ case ${1:-} in
 	# The baselines `make bench` compares against, and its load generators.
 	provides+=([nginx-light]=/usr/sbin/nginx [haproxy]=/usr/sbin/haproxy [wrk]=/usr/bin/wrk [nghttp2-client]=/usr/bin/h2load)
 	packages=(nginx-light haproxy wrk nghttp2-client)
-	# The harness starts its own nginx and HAProxy on 127.0.0.1; keep
-	# Debian's packages from starting system services (port 80) on install.
-	if [[ ! -e /usr/sbin/policy-rc.d && $(id -u) -eq 0 ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-	fi
 	install_packages
 	;;
 *)
