@@ -23,8 +23,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/novaedge/novaedge/agent"
+	"github.com/novaedge/novaedge/agent/lease"
 	"github.com/novaedge/novaedge/cli"
 	"github.com/novaedge/novaedge/controller/pki"
 	"github.com/novaedge/novaedge/deploy/examples"
@@ -46,6 +49,9 @@ type flags struct {
 	standalone    bool
 	controller    string
 	controllerTLS string
+	nodeLease     bool
+	leaseNS       string
+	kubeconfig    string
 	serverName    string
 	configs       []string
 	nodeName      string
@@ -130,6 +136,9 @@ addresses and the XDP program in place so a restart does not drop traffic;
 	fl.StringVar(&f.controller, "controller", "", "host:port of the controller's gRPC stream (e.g. novaedge-controller.novaedge-system.svc:9443) to follow; exclusive with --standalone")
 	fl.StringVar(&f.controllerTLS, "controller-tls-dir", "/etc/novaedge/tls", "directory with ca.crt (the CA of the controller's certificate), tls.crt and tls.key (the agent's client certificate) for --controller")
 	fl.StringVar(&f.serverName, "controller-server-name", "", "name the controller's certificate must carry; empty: the host part of --controller")
+	fl.BoolVar(&f.nodeLease, "node-lease", true, "with --controller: renew the Lease novaedge-agent-<node> that tells the controller this agent is alive (without it the node never serves VIPs)")
+	fl.StringVar(&f.leaseNS, "lease-namespace", "", "namespace of the agent's Lease; empty: $POD_NAMESPACE, else novaedge-system")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease; empty: $KUBECONFIG, else the pod's service account")
 	fl.StringArrayVar(&f.configs, "config", nil, "configuration file or directory (its *.yaml and *.yml files); repeatable; empty: the embedded example deploy/examples/standalone.yaml")
 	fl.StringVar(&f.nodeName, "node-name", "", "this node's name: VIP assignment and status use it; empty: $NODE_NAME, else the host name")
 	fl.StringToStringVar(&f.nodeLabels, "node-labels", nil, "this node's labels as key=value,...; standalone ProxyVIP nodeSelectors match them")
@@ -287,6 +296,13 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 		defer cs.Close()
 		src = cs
+		if f.nodeLease {
+			renewer, err := f.leaseRenewer(node.Name, log)
+			if err != nil {
+				return err
+			}
+			go renewer.Run(ctx)
+		}
 	}
 	features := kernel.Run(kernel.Probes())
 	for _, ft := range kernel.Missing(features) {
@@ -411,6 +427,33 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped; VIP addresses stay bound for the next start")
 	return nil
+}
+
+// leaseRenewer renews the agent's liveness Lease, from which the controller
+// learns that this node can serve VIPs (not from the stream, which may end
+// at any replica).
+func (f *flags) leaseRenewer(node string, log *slog.Logger) (*lease.Renewer, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if f.kubeconfig != "" {
+		rules.ExplicitPath = f.kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("the agent's Lease needs the Kubernetes API (--kubeconfig, $KUBECONFIG or the pod's service account; --node-lease=false to run without): %w", err)
+	}
+	cfg.UserAgent = "novaedge-agent/" + version
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	ns := f.leaseNS
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if ns == "" {
+		ns = "novaedge-system"
+	}
+	return lease.New(lease.Options{Client: cs, Namespace: ns, Node: node, Logger: log.With("component", "lease")})
 }
 
 // controllerSource returns the source that follows --controller, with the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -404,9 +405,20 @@ func TestControllerModeProcess(t *testing.T) {
 	srv.Publish("edge-1", content(18081))
 	v1 := srv.Agents()[0].PublishedVersion
 
+	// The liveness Lease needs the Kubernetes API: without one the agent
+	// says so and how to run without it.
+	var out, errb bytes.Buffer
+	code := runAgent([]string{"--controller", run.Addr, "--controller-tls-dir", tlsDir, "--node-name", "edge-1",
+		"--kubeconfig", filepath.Join(dir, "missing.kubeconfig"), "--fastpath", "off", "--metrics-addr", "", "--handoff-socket", "", "--admin-socket", ""}, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "the agent's Lease needs the Kubernetes API (--kubeconfig") ||
+		!strings.Contains(errb.String(), "--node-lease=false") {
+		t.Fatalf("without a kubeconfig: exit %d, stderr %q", code, errb.String())
+	}
+
 	sock := filepath.Join(dir, "agent.sock")
 	p := &agentProc{logs: &lockedBuffer{}, sock: sock, done: make(chan error, 1)}
-	p.cmd = exec.Command(agentBinary(t), "--controller", run.Addr, "--controller-tls-dir", tlsDir, "--node-name", "edge-1",
+	// No API server here: no Lease (the controller tests cover it).
+	p.cmd = exec.Command(agentBinary(t), "--controller", run.Addr, "--controller-tls-dir", tlsDir, "--node-name", "edge-1", "--node-lease=false",
 		"--fastpath", "off", "--bind-local-vips=false", "--metrics-addr", "", "--handoff-socket", "",
 		"--admin-socket", sock, "--state-dir", filepath.Join(dir, "state"))
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -442,4 +454,10 @@ func TestControllerModeProcess(t *testing.T) {
 	v2 := srv.Agents()[0].PublishedVersion
 	waitApplied("the ACK of the second snapshot", v2)
 	p.stop(t)
+}
+
+// runAgent runs the command in-process (the variable holding the test's
+// controller shadows run where it is called).
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	return run(context.Background(), args, stdout, stderr)
 }
