@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/novaedge/novaedge/agent/lease"
 	"github.com/novaedge/novaedge/diag"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/kernel"
@@ -204,6 +206,20 @@ func (a *Agent) State() *State { return a.state.Load() }
 // Rejected returns the last rejected configuration, or nil when the last
 // attempt succeeded.
 func (a *Agent) Rejected() *Rejection { return a.rejected.Load() }
+
+// LeaseReport is what the agent's liveness Lease tells the controller: not
+// healthy without a configuration in service, or when an applier could not
+// switch completely (the node would serve a VIP it cannot forward).
+func (a *Agent) LeaseReport() lease.Report {
+	st := a.State()
+	switch {
+	case st == nil:
+		return lease.Report{Reason: "no configuration in service"}
+	case len(st.ApplyErrors) > 0:
+		return lease.Report{Reason: "apply failed: " + strings.Join(st.ApplyErrors, "; "), AppliedVersion: st.Snapshot.GetVersion()}
+	}
+	return lease.Report{Healthy: true, AppliedVersion: st.Snapshot.GetVersion()}
+}
 
 // Ready reports whether a configuration is in service.
 func (a *Agent) Ready() bool { return a.state.Load() != nil }

@@ -174,7 +174,8 @@ func sortedAddrs(as []netip.Addr) []netip.Addr {
 	return out
 }
 
-// eligibility knows which nodes can serve: Ready, with a fresh agent Lease.
+// eligibility knows which nodes can serve: Ready, with a fresh agent Lease
+// whose agent does not report itself unhealthy.
 type eligibility struct {
 	ready  map[string]bool
 	labels map[string]labels.Set
@@ -194,7 +195,8 @@ func (d *decider) eligibility(w *world, now time.Time) eligibility {
 		if _, excluded := n.Labels[corev1.LabelNodeExcludeBalancers]; excluded {
 			continue
 		}
-		if l := w.agentLeases[n.Name]; l == nil || !lease.Fresh(l, now) {
+		// Alive (its Lease is fresh) and able to serve (it says so).
+		if l := w.agentLeases[n.Name]; l == nil || !lease.Fresh(l, now) || !lease.Healthy(l) {
 			continue
 		}
 		e.ready[n.Name] = true

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,34 @@ type Options struct {
 	// Logger receives failures (once per streak) and takeovers. Nil
 	// discards.
 	Logger *slog.Logger
+	// Report, when set, is asked at every renewal what the agent wants the
+	// controller to know, written as the Lease's annotations.
+	Report func() Report
+}
+
+// Report is what an agent tells the controller with each renewal.
+type Report struct {
+	// Healthy is false when the agent cannot serve (no configuration in
+	// service, or an applier failed): the controller then moves its VIPs
+	// as if the node were gone, while the agent keeps its Lease.
+	Healthy bool
+	// Reason says why it is not healthy.
+	Reason string
+	// AppliedVersion is the snapshot version in service (0: none).
+	AppliedVersion uint64
+}
+
+// Annotations of an agent Lease, written by the agent from its Report.
+const (
+	AnnotationHealthy        = "novaedge.io/healthy"
+	AnnotationReason         = "novaedge.io/unhealthy-reason"
+	AnnotationAppliedVersion = "novaedge.io/applied-version"
+)
+
+// Healthy reports whether l's holder says it can serve. A Lease without the
+// annotation (an agent that does not report) counts as healthy.
+func Healthy(l *coordinationv1.Lease) bool {
+	return l != nil && l.Annotations[AnnotationHealthy] != "false"
 }
 
 // Renewer creates and renews one agent Lease.
@@ -86,6 +115,7 @@ type Renewer struct {
 	interval  time.Duration
 	clock     clock.WithTicker
 	log       *slog.Logger
+	report    func() Report
 
 	// Owned by Run.
 	lease    *coordinationv1.Lease // as last written by us; nil: read it first
@@ -151,6 +181,7 @@ func New(opts Options) (*Renewer, error) {
 		interval:  interval,
 		clock:     clk,
 		log:       log.With("lease", opts.Namespace+"/"+name),
+		report:    opts.Report,
 	}, nil
 }
 
@@ -279,4 +310,17 @@ func (r *Renewer) stamp(l *coordinationv1.Lease, now time.Time) {
 	seconds := r.seconds
 	l.Spec.LeaseDurationSeconds = &seconds
 	l.Spec.RenewTime = &t
+	if r.report != nil {
+		rep := r.report()
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[AnnotationHealthy] = strconv.FormatBool(rep.Healthy)
+		l.Annotations[AnnotationAppliedVersion] = strconv.FormatUint(rep.AppliedVersion, 10)
+		if rep.Healthy || rep.Reason == "" {
+			delete(l.Annotations, AnnotationReason)
+		} else {
+			l.Annotations[AnnotationReason] = rep.Reason
+		}
+	}
 }

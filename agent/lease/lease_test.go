@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -359,4 +360,38 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// TestRenewerReports: each renewal writes what the agent reports, and
+// Healthy reads it back; a Lease without the annotation counts as healthy.
+func TestRenewerReports(t *testing.T) {
+	env := kubeenv.Get(t)
+	ns := env.Namespace(t, "lease")
+	clk := clocktesting.NewFakeClock(t0)
+	var mu sync.Mutex
+	rep := Report{Healthy: false, Reason: "no configuration in service"}
+	r, err := New(Options{Client: env.Clientset, Namespace: ns, Node: "worker-1", Clock: clk, RenewInterval: 3 * time.Second,
+		Report: func() Report { mu.Lock(); defer mu.Unlock(); return rep }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(t, r)
+	l := waitLease(t, env.Clientset, ns, Name("worker-1"), "created", renewedAt(t0))
+	if Healthy(l) || l.Annotations[AnnotationReason] != "no configuration in service" || l.Annotations[AnnotationAppliedVersion] != "0" {
+		t.Errorf("first renewal: healthy=%v annotations %v", Healthy(l), l.Annotations)
+	}
+	mu.Lock()
+	rep = Report{Healthy: true, AppliedVersion: 1<<32 | 7}
+	mu.Unlock()
+	clk.Step(3 * time.Second)
+	l = waitLease(t, env.Clientset, ns, l.Name, "renewed", renewedAt(t0.Add(3*time.Second)))
+	if !Healthy(l) || l.Annotations[AnnotationAppliedVersion] != "4294967303" {
+		t.Errorf("second renewal: healthy=%v annotations %v", Healthy(l), l.Annotations)
+	}
+	if _, ok := l.Annotations[AnnotationReason]; ok {
+		t.Errorf("a healthy agent's Lease keeps the reason: %v", l.Annotations)
+	}
+	if !Healthy(&coordinationv1.Lease{}) || Healthy(nil) {
+		t.Error("Healthy: a Lease without the annotation is healthy, no Lease is not")
+	}
 }

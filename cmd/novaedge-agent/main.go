@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -286,6 +287,8 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	log := f.logger(stderr)
 	var src agent.Source = files
+	var leaseRenewer *lease.Renewer
+	var theAgent atomic.Pointer[agent.Agent]
 	if !f.watch {
 		src = noWatch{files}
 	}
@@ -297,11 +300,16 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		defer cs.Close()
 		src = cs
 		if f.nodeLease {
-			renewer, err := f.leaseRenewer(node.Name, log)
+			renewer, err := f.leaseRenewer(node.Name, log, func() lease.Report {
+				if a := theAgent.Load(); a != nil {
+					return a.LeaseReport()
+				}
+				return lease.Report{Reason: "starting"}
+			})
 			if err != nil {
 				return err
 			}
-			go renewer.Run(ctx)
+			leaseRenewer = renewer
 		}
 	}
 	features := kernel.Run(kernel.Probes())
@@ -372,6 +380,10 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	theAgent.Store(a)
+	if leaseRenewer != nil {
+		go leaseRenewer.Run(ctx)
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, agent.ShutdownSignals...)
 	defer stop()
@@ -432,7 +444,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 // leaseRenewer renews the agent's liveness Lease, from which the controller
 // learns that this node can serve VIPs (not from the stream, which may end
 // at any replica).
-func (f *flags) leaseRenewer(node string, log *slog.Logger) (*lease.Renewer, error) {
+func (f *flags) leaseRenewer(node string, log *slog.Logger, report func() lease.Report) (*lease.Renewer, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if f.kubeconfig != "" {
 		rules.ExplicitPath = f.kubeconfig
@@ -453,7 +465,7 @@ func (f *flags) leaseRenewer(node string, log *slog.Logger) (*lease.Renewer, err
 	if ns == "" {
 		ns = "novaedge-system"
 	}
-	return lease.New(lease.Options{Client: cs, Namespace: ns, Node: node, Logger: log.With("component", "lease")})
+	return lease.New(lease.Options{Client: cs, Namespace: ns, Node: node, Logger: log.With("component", "lease"), Report: report})
 }
 
 // controllerSource returns the source that follows --controller, with the

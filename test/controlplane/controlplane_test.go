@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/novaedge/novaedge/agent/lease"
 	"github.com/novaedge/novaedge/api/v1alpha1"
 	"github.com/novaedge/novaedge/controller"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
@@ -423,4 +425,52 @@ func TestNACK(t *testing.T) {
 	if rej := a.agent.Rejected(); rej == nil || !strings.Contains(rej.Err.Error(), "cannot compile") {
 		t.Errorf("the agent's rejection = %+v", rej)
 	}
+}
+
+// TestUnhealthyAgentLosesItsVIPs: an agent that says it cannot serve (an
+// applier failed) keeps its Lease but loses its L2 VIP to the standby; when
+// it recovers, the VIP stays where it is (no move without a reason).
+func TestUnhealthyAgentLosesItsVIPs(t *testing.T) {
+	c := newCluster(t)
+	n1, n2 := c.addNode(c.name("n1"), nil).Name, c.addNode(c.name("n2"), nil).Name
+	pool := c.pool("pool", "10.77.5.0/29")
+	r := c.startController("r1")
+	agents := map[string]*node{n1: c.startAgent(n1, r, ""), n2: c.startAgent(n2, r, "")}
+	v := c.vip("web", pool.Name)
+	var active, standby string
+	c.eventually("the VIP's nodes", func() (bool, string) {
+		s := c.getVIP(v.Name).Status
+		if s.ActiveNode == "" || len(s.StandbyNodes) != 1 {
+			return false, fmt.Sprintf("%+v", s)
+		}
+		active, standby = s.ActiveNode, s.StandbyNodes[0]
+		return true, ""
+	})
+
+	sick := agents[active].rec
+	sick.mu.Lock()
+	sick.applyErr = fmt.Errorf("no room in the VIP table")
+	sick.mu.Unlock()
+	// Any change makes the agents apply a new snapshot.
+	c.vip("other", pool.Name)
+	c.eventually("the standby to take over from the unhealthy agent", func() (bool, string) {
+		s := c.getVIP(v.Name).Status
+		return s.ActiveNode == standby, fmt.Sprintf("%+v", s)
+	})
+	var l coordinationv1.Lease
+	if err := c.env.Client.Get(c.ctx, types.NamespacedName{Namespace: c.ns, Name: lease.Name(active)}, &l); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Healthy(&l) || !strings.Contains(l.Annotations[lease.AnnotationReason], "no room in the VIP table") {
+		t.Errorf("the unhealthy agent's Lease: %v", l.Annotations)
+	}
+
+	sick.mu.Lock()
+	sick.applyErr = nil
+	sick.mu.Unlock()
+	c.vip("third", pool.Name)
+	c.eventually("the recovered node to be a standby again", func() (bool, string) {
+		s := c.getVIP(v.Name).Status
+		return s.ActiveNode == standby && slices.Equal(s.StandbyNodes, []string{active}), fmt.Sprintf("%+v", s)
+	})
 }

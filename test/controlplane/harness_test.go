@@ -247,7 +247,7 @@ func (c *cluster) startAgent(name string, r *replica, stateDir string, appliers 
 		c.t.Fatal(err)
 	}
 	n.agent = a
-	renewer, err := lease.New(lease.Options{Client: c.env.Clientset, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log})
+	renewer, err := lease.New(lease.Options{Client: c.env.Clientset, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log, Report: a.LeaseReport})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -307,6 +307,9 @@ type recorder struct {
 	mu       sync.Mutex
 	applied  []uint64
 	failWith func(*pb.ConfigSnapshot) error
+	// applyErr, when set, makes Apply fail after the switch, as an
+	// applier that could not switch completely.
+	applyErr error
 }
 
 func (r *recorder) Name() string { return "recorder" }
@@ -325,7 +328,7 @@ func (r *recorder) Compile(s *pb.ConfigSnapshot) (agent.Change, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.applied = append(r.applied, v)
-		return nil
+		return r.applyErr
 	}), nil
 }
 
