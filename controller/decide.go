@@ -54,12 +54,20 @@ func (d *decider) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 		}
 	}
 
+	// Probe verdicts: decided now from the agents' reports, replacing
+	// what was persisted.
+	elig := d.eligibility(w, now)
+	failing := failingEndpoints(w, elig)
+	w.in.Decisions.EndpointHealth = map[string]bool{}
+	for ep := range failing {
+		w.in.Decisions.EndpointHealth[ep] = false
+	}
+
 	// One build, for no node in particular, tells which VIPs are usable
 	// and what is wrong with every resource.
 	snap, diags := snapshot.Build(w.in, d.c.buildOptions("", nil))
 	idx := indexDiagnostics(diags)
 
-	elig := d.eligibility(w, now)
 	var reqs []schedule.Request
 	for _, v := range snap.GetCluster().GetVips() {
 		nodes, minHealthy := elig.forVIP(w, v)
@@ -85,7 +93,7 @@ func (d *decider) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 	errs = append(errs, d.writeVIPs(ctx, w, allocs, asgs, idx)...)
 	errs = append(errs, d.writePools(ctx, w, pools, allocs, idx)...)
 	errs = append(errs, d.writeServices(ctx, w, allocs, asgs, idx)...)
-	errs = append(errs, d.writeConditions(ctx, w, idx)...)
+	errs = append(errs, d.writeConditions(ctx, w, idx, newBackendHealth(snap, failing))...)
 	d.c.metrics.decided(len(errs))
 	// Agent Leases expire without an event: look again soon.
 	return reconcile.Result{RequeueAfter: d.c.opts.Resync}, errors.Join(errs...)

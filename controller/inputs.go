@@ -93,7 +93,8 @@ func gather(ctx context.Context, r client.Reader, namespace string, gatewayAPI, 
 
 // persistedDecisions reads the leader's decisions back from status.
 func persistedDecisions(in *snapshot.Input, services []*serviceVIP) *snapshot.Decisions {
-	d := &snapshot.Decisions{Addresses: map[string][]netip.Addr{}, Assignments: map[string]snapshot.Assignment{}}
+	d := &snapshot.Decisions{Addresses: map[string][]netip.Addr{}, Assignments: map[string]snapshot.Assignment{}, EndpointHealth: map[string]bool{}}
+	persistedHealth(in, d)
 	for i := range in.VIPs {
 		v := &in.VIPs[i]
 		if as := statusAddrs(v.Status.Address, v.Status.IPv6Address); len(as) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,10 @@ type backendState struct {
 	name    string
 	checker *health.Checker
 	outlier *health.Outlier
+	// probed are the endpoints the checker watches, and probing whether it
+	// runs (guarded by the Proxy's mutex).
+	probed  []*endpoint.Endpoint
+	probing bool
 	active  atomic.Int64 // requests in flight
 	retries atomic.Int64 // retries in flight
 }
@@ -36,6 +41,9 @@ type backend struct {
 	balancer  lb.Balancer
 	hash      *pb.HashPolicy
 	endpoints []*endpoint.Endpoint // those in the balancer
+	// probed are endpoints the snapshot marks unhealthy: actively checked
+	// (their recovery is reported to the controller), never balanced to.
+	probed    []*endpoint.Endpoint
 	transport upstreamTransport
 	state     *backendState
 	// connectTimeout bounds L4 dials (HTTP dials use the transport's).
@@ -174,3 +182,9 @@ func msOr(ms uint32, def time.Duration) time.Duration {
 }
 
 func normProtocol(p string) string { return strings.ToUpper(p) }
+
+// checked are the endpoints active health checks watch: those balanced to
+// and those the snapshot marks unhealthy.
+func (be *backend) checked() []*endpoint.Endpoint {
+	return append(slices.Clone(be.endpoints), be.probed...)
+}

@@ -264,8 +264,9 @@ func (p *Proxy) compileBackend(b *pb.Backend, store *certs.Store, pems map[strin
 
 	var targets []lb.Target
 	for _, ep := range b.GetEndpoints() {
-		if ep.GetState() != pb.EndpointState_ENDPOINT_STATE_HEALTHY && ep.GetState() != pb.EndpointState_ENDPOINT_STATE_UNSPECIFIED {
-			continue // UNHEALTHY and DRAINING take no new requests
+		state := ep.GetState()
+		if state == pb.EndpointState_ENDPOINT_STATE_DRAINING {
+			continue // terminating: no new requests, nothing to probe
 		}
 		key := b.GetName() + "|" + endpointAddr(ep)
 		e, ok := p.endpoints[key]
@@ -276,6 +277,13 @@ func (p *Proxy) compileBackend(b *pb.Backend, store *certs.Store, pems map[strin
 			}
 		}
 		cfg.endpointKeys = append(cfg.endpointKeys, key)
+		if state == pb.EndpointState_ENDPOINT_STATE_UNHEALTHY {
+			// The controller took it out on the agents' probe results:
+			// no requests, but still probed, or nobody would see it
+			// recover.
+			be.probed = append(be.probed, e)
+			continue
+		}
 		be.endpoints = append(be.endpoints, e)
 		targets = append(targets, lb.Target{EP: e, Weight: max(ep.GetWeight(), 1)})
 	}

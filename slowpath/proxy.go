@@ -272,17 +272,40 @@ func (p *Proxy) updateHealth(be *backend) {
 		for _, e := range be.endpoints {
 			p.metrics.healthy.WithLabelValues(be.name, e.Addr).Set(1)
 		}
-		st.checker.Update(be.endpoints)
+		st.checker.Update(be.checked())
 	} else {
 		st.checker.Reconfigure(*be.healthCfg)
-		st.checker.Update(be.endpoints)
+		st.checker.Update(be.checked())
 	}
+	st.probed = be.checked()
+	st.probing = be.healthCfg != nil
 	if st.outlier == nil {
 		st.outlier = health.NewOutlier(be.outlierCfg, health.Options{Logger: p.log.With("backend", be.name), OnChange: p.metrics.onEjection(be.name)})
 	} else {
 		st.outlier.Reconfigure(be.outlierCfg)
 	}
 	st.outlier.Update(be.endpoints)
+}
+
+// ProbeFailures returns the endpoints ("address:port") that this node's
+// active health checks find unhealthy now, sorted. The agent reports them to
+// the controller, which decides for every node.
+func (p *Proxy) ProbeFailures() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, st := range p.states {
+		if !st.probing {
+			continue
+		}
+		for _, e := range st.probed {
+			if !e.ActiveHealthy() {
+				out = append(out, e.Addr)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (st *backendState) stop() {

@@ -15,9 +15,10 @@ import (
 // failing is a backend whose answers the test switches: healthy (200),
 // failing (503 to everything, health checks included).
 type failing struct {
-	srv  *httptest.Server
-	down atomic.Bool
-	hits atomic.Int64
+	srv    *httptest.Server
+	down   atomic.Bool
+	hits   atomic.Int64
+	checks atomic.Int64 // health check requests
 }
 
 func newFailing(t *testing.T, name string) *failing {
@@ -25,6 +26,8 @@ func newFailing(t *testing.T, name string) *failing {
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			f.hits.Add(1)
+		} else {
+			f.checks.Add(1)
 		}
 		if f.down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -108,5 +111,45 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestProbeFailuresAndControllerVerdicts: ProbeFailures reports what this
+// node's checks find unhealthy; an endpoint the snapshot marks unhealthy
+// (the controller's verdict from every agent's reports) gets no requests
+// but is still probed, so its recovery is seen and reported.
+func TestProbeFailuresAndControllerVerdicts(t *testing.T) {
+	e := newEnv(t)
+	a, bb := newFailing(t, "a"), newFailing(t, "b")
+	b := backendOf("ns/b", hostport(a.srv), hostport(bb.srv))
+	b.LbPolicy = pb.LBPolicy_LB_POLICY_ROUND_ROBIN
+	b.HealthCheck = &pb.HealthCheck{Type: "HTTP", HttpPath: "/healthz", IntervalMs: 50, TimeoutMs: 50, HealthyThreshold: 1, UnhealthyThreshold: 1}
+	a.down.Store(true)
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/b"))}, []*pb.Backend{b}))
+	waitUntil(t, "a reported as failing", func() bool {
+		f := e.p.ProbeFailures()
+		return len(f) == 1 && f[0] == hostport(a.srv)
+	})
+
+	// The controller marks it unhealthy for every node.
+	b.Endpoints[0].State = pb.EndpointState_ENDPOINT_STATE_UNHEALTHY
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/b"))}, []*pb.Backend{b}))
+	checks := a.checks.Load()
+	waitUntil(t, "a still probed", func() bool { return a.checks.Load() >= checks+2 })
+	if f := e.p.ProbeFailures(); len(f) != 1 {
+		t.Fatalf("ProbeFailures = %v while a still fails", f)
+	}
+	a.down.Store(false)
+	waitUntil(t, "a's recovery to be seen by the probes", func() bool { return len(e.p.ProbeFailures()) == 0 })
+	before := a.hits.Load()
+	c := &http.Client{}
+	for range 10 {
+		resp, _, _ := get(t, c, "http://"+e.addr+"/")
+		if resp.Header.Get("X-Backend") != "b" {
+			t.Fatalf("a request reached %q, which the snapshot marks unhealthy", resp.Header.Get("X-Backend"))
+		}
+	}
+	if a.hits.Load() != before {
+		t.Fatalf("the unhealthy endpoint got %d requests", a.hits.Load()-before)
 	}
 }

@@ -90,6 +90,10 @@ type Report struct {
 	Reason string
 	// AppliedVersion is the snapshot version in service (0: none).
 	AppliedVersion uint64
+	// ProbeFailures are the endpoints ("address:port") the agent's active
+	// health checks find unhealthy. The controller takes an endpoint out
+	// for every node when most agents report it.
+	ProbeFailures []string
 }
 
 // Annotations of an agent Lease, written by the agent from its Report.
@@ -97,7 +101,18 @@ const (
 	AnnotationHealthy        = "novaedge.io/healthy"
 	AnnotationReason         = "novaedge.io/unhealthy-reason"
 	AnnotationAppliedVersion = "novaedge.io/applied-version"
+	AnnotationProbeFailures  = "novaedge.io/probe-failures"
 )
+
+// ProbeFailures returns the endpoints l's holder reports as failing its
+// health checks.
+func ProbeFailures(l *coordinationv1.Lease) []string {
+	v := l.Annotations[AnnotationProbeFailures]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
 
 // Healthy reports whether l's holder says it can serve. A Lease without the
 // annotation (an agent that does not report) counts as healthy.
@@ -317,6 +332,11 @@ func (r *Renewer) stamp(l *coordinationv1.Lease, now time.Time) {
 		}
 		l.Annotations[AnnotationHealthy] = strconv.FormatBool(rep.Healthy)
 		l.Annotations[AnnotationAppliedVersion] = strconv.FormatUint(rep.AppliedVersion, 10)
+		if len(rep.ProbeFailures) > 0 {
+			l.Annotations[AnnotationProbeFailures] = strings.Join(rep.ProbeFailures, ",")
+		} else {
+			delete(l.Annotations, AnnotationProbeFailures)
+		}
 		if rep.Healthy || rep.Reason == "" {
 			delete(l.Annotations, AnnotationReason)
 		} else {

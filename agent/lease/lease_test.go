@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,11 +382,12 @@ func TestRenewerReports(t *testing.T) {
 		t.Errorf("first renewal: healthy=%v annotations %v", Healthy(l), l.Annotations)
 	}
 	mu.Lock()
-	rep = Report{Healthy: true, AppliedVersion: 1<<32 | 7}
+	rep = Report{Healthy: true, AppliedVersion: 1<<32 | 7, ProbeFailures: []string{"10.0.0.1:80", "[2001:db8::1]:80"}}
 	mu.Unlock()
 	clk.Step(3 * time.Second)
 	l = waitLease(t, env.Clientset, ns, l.Name, "renewed", renewedAt(t0.Add(3*time.Second)))
-	if !Healthy(l) || l.Annotations[AnnotationAppliedVersion] != "4294967303" {
+	if !Healthy(l) || l.Annotations[AnnotationAppliedVersion] != "4294967303" ||
+		!slices.Equal(ProbeFailures(l), []string{"10.0.0.1:80", "[2001:db8::1]:80"}) {
 		t.Errorf("second renewal: healthy=%v annotations %v", Healthy(l), l.Annotations)
 	}
 	if _, ok := l.Annotations[AnnotationReason]; ok {

@@ -273,6 +273,15 @@ type ProxyBackendStatus struct {
 	// HealthyEndpoints is the number of endpoints that receive new traffic.
 	// +optional
 	HealthyEndpoints int32 `json:"healthyEndpoints,omitempty"`
+	// UnhealthyEndpoints ("address:port") fail the active health checks of
+	// most agents: the controller takes them out of every node's tables
+	// until the agents report them healthy again. Written by the
+	// controller.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=64
+	UnhealthyEndpoints []string `json:"unhealthyEndpoints,omitempty"`
 	// Conditions: Accepted, ResolvedRefs.
 	// +optional
 	// +listType=map

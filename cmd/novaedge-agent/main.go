@@ -289,6 +289,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	var src agent.Source = files
 	var leaseRenewer *lease.Renewer
 	var theAgent atomic.Pointer[agent.Agent]
+	var theProxy atomic.Pointer[slowpath.Proxy]
 	if !f.watch {
 		src = noWatch{files}
 	}
@@ -301,10 +302,15 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		src = cs
 		if f.nodeLease {
 			renewer, err := f.leaseRenewer(node.Name, log, func() lease.Report {
-				if a := theAgent.Load(); a != nil {
-					return a.LeaseReport()
+				a := theAgent.Load()
+				if a == nil {
+					return lease.Report{Reason: "starting"}
 				}
-				return lease.Report{Reason: "starting"}
+				rep := a.LeaseReport()
+				if p := theProxy.Load(); p != nil {
+					rep.ProbeFailures = p.ProbeFailures()
+				}
+				return rep
 			})
 			if err != nil {
 				return err
@@ -357,6 +363,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	// the listeners serve what XDP never sees (clients on this host, and
 	// every client when the fast path cannot run).
 	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg, ServeFastPlan: true})
+	theProxy.Store(proxy)
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
 	serveOpts := agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}

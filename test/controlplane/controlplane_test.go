@@ -419,8 +419,21 @@ func TestNACK(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", r.agents())
 	})
-	if got := a.state().GetVersion(); got != good {
-		t.Errorf("the agent serves version %d after the NACK, want the previous %d", got, good)
+	// Still the last good snapshot: older than the NACKed one, without the
+	// poison (later snapshots without it may have arrived before it).
+	var nacked uint64
+	for _, st := range r.agents() {
+		if st.Node == n1 {
+			nacked = st.NackVersion
+		}
+	}
+	if got := a.state().GetVersion(); got < good || got >= nacked {
+		t.Errorf("the agent serves version %d after the NACK of %d, want the last good one (%d or later, before the NACK)", got, nacked, good)
+	}
+	for _, x := range a.state().GetCluster().GetVips() {
+		if x.GetName() == poison {
+			t.Errorf("the agent serves the snapshot it NACKed")
+		}
 	}
 	if rej := a.agent.Rejected(); rej == nil || !strings.Contains(rej.Err.Error(), "cannot compile") {
 		t.Errorf("the agent's rejection = %+v", rej)
@@ -472,5 +485,94 @@ func TestUnhealthyAgentLosesItsVIPs(t *testing.T) {
 	c.eventually("the recovered node to be a standby again", func() (bool, string) {
 		s := c.getVIP(v.Name).Status
 		return s.ActiveNode == standby && slices.Equal(s.StandbyNodes, []string{active}), fmt.Sprintf("%+v", s)
+	})
+}
+
+// TestProbeVerdicts: an endpoint most agents report as failing their health
+// checks is taken out of every node's tables and shown in the backend's
+// status; one agent's report alone changes nothing; when the agents see it
+// recover, it comes back.
+func TestProbeVerdicts(t *testing.T) {
+	c := newCluster(t)
+	var agents []*node
+	r := c.startController("r1")
+	for _, n := range []string{"n1", "n2", "n3"} {
+		agents = append(agents, c.startAgent(c.addNode(c.name(n), nil).Name, r, ""))
+	}
+	be := &v1alpha1.ProxyBackend{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: "api"},
+		Spec: v1alpha1.ProxyBackendSpec{
+			Endpoints:   []v1alpha1.Endpoint{{Address: "10.3.0.1", Port: 80}, {Address: "10.3.0.2", Port: 80}},
+			HealthCheck: &v1alpha1.HealthCheck{Type: "HTTP", HTTPPath: "/healthz"},
+		},
+	}
+	c.create(be)
+	stateOn := func(a *node) pb.EndpointState {
+		st, _ := endpointState(a.state(), "10.3.0.1")
+		return st
+	}
+	backendStatus := func() v1alpha1.ProxyBackendStatus {
+		var b v1alpha1.ProxyBackend
+		if err := c.env.Client.Get(c.ctx, client.ObjectKeyFromObject(be), &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Status
+	}
+	c.eventually("the backend on every agent", func() (bool, string) {
+		for _, a := range agents {
+			if stateOn(a) != pb.EndpointState_ENDPOINT_STATE_HEALTHY {
+				return false, a.name
+			}
+		}
+		return backendStatus().HealthyEndpoints == 2, fmt.Sprintf("%+v", backendStatus())
+	})
+
+	reports := func(a *node, eps ...string) {
+		a.probeFailures.Store(eps)
+		c.eventually("the report in "+a.name+"'s Lease", func() (bool, string) {
+			var l coordinationv1.Lease
+			if err := c.env.Client.Get(c.ctx, types.NamespacedName{Namespace: c.ns, Name: lease.Name(a.name)}, &l); err != nil {
+				return false, err.Error()
+			}
+			return slices.Equal(lease.ProbeFailures(&l), eps), fmt.Sprint(l.Annotations)
+		})
+	}
+
+	// One of three: no majority. A decision run after the report (a new
+	// VIP getting its address) leaves the endpoint in.
+	reports(agents[0], "10.3.0.1:80")
+	pool := c.pool("pool", "10.77.6.0/30")
+	v := c.vip("probe", pool.Name)
+	c.eventually("a decision after the report", func() (bool, string) {
+		s := c.getVIP(v.Name).Status
+		return s.Address != "", s.Address
+	})
+	if st := backendStatus(); len(st.UnhealthyEndpoints) != 0 || st.HealthyEndpoints != 2 {
+		t.Fatalf("one agent's report took the endpoint out: %+v", st)
+	}
+
+	// Two of three: out on every node.
+	reports(agents[1], "10.3.0.1:80")
+	c.eventually("the endpoint out on every agent", func() (bool, string) {
+		for _, a := range agents {
+			if stateOn(a) != pb.EndpointState_ENDPOINT_STATE_UNHEALTHY {
+				return false, a.name + " " + stateOn(a).String()
+			}
+		}
+		st := backendStatus()
+		return slices.Equal(st.UnhealthyEndpoints, []string{"10.3.0.1:80"}) && st.HealthyEndpoints == 1 && st.Endpoints == 2, fmt.Sprintf("%+v", st)
+	})
+
+	// The agents see it recover.
+	reports(agents[0])
+	reports(agents[1])
+	c.eventually("the endpoint back on every agent", func() (bool, string) {
+		for _, a := range agents {
+			if stateOn(a) != pb.EndpointState_ENDPOINT_STATE_HEALTHY {
+				return false, a.name
+			}
+		}
+		st := backendStatus()
+		return len(st.UnhealthyEndpoints) == 0 && st.HealthyEndpoints == 2, fmt.Sprintf("%+v", st)
 	})
 }

@@ -211,12 +211,15 @@ func (c *cluster) leaderIdentity() string {
 // node is one agent: its liveness Lease and its snapshot pipeline, with an
 // applier that records what it applied.
 type node struct {
-	name     string
-	stateDir string
-	rec      *recorder
-	agent    *agent.Agent
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// probeFailures ([]string) is what the agent reports as failing its
+	// health checks.
+	probeFailures atomic.Value
+	name          string
+	stateDir      string
+	rec           *recorder
+	agent         *agent.Agent
+	cancel        context.CancelFunc
+	done          chan struct{}
 }
 
 // startAgent runs an agent for node name connected to r.
@@ -247,7 +250,16 @@ func (c *cluster) startAgent(name string, r *replica, stateDir string, appliers 
 		c.t.Fatal(err)
 	}
 	n.agent = a
-	renewer, err := lease.New(lease.Options{Client: c.env.Clientset, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log, Report: a.LeaseReport})
+	// The agent's report, plus the probe failures the test makes it
+	// report (these agents run no slow path to probe with).
+	report := func() lease.Report {
+		rep := a.LeaseReport()
+		if f, _ := n.probeFailures.Load().([]string); len(f) > 0 {
+			rep.ProbeFailures = f
+		}
+		return rep
+	}
+	renewer, err := lease.New(lease.Options{Client: c.env.Clientset, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log, Report: report})
 	if err != nil {
 		c.t.Fatal(err)
 	}
