@@ -1122,7 +1122,7 @@ func TestRBAC(t *testing.T) {
 	listWatch := []string{"list", "watch"}
 	status := []string{"patch", "update"}
 	clusterRole := map[string][]string{
-		"/services": read, "/services/status": status,
+		"/services": {"get", "list", "patch", "watch"}, "/services/status": status,
 		"discovery.k8s.io/endpointslices": listWatch,
 		"/secrets":                        listWatch,
 		"/nodes":                          read,

@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/novaedge/novaedge/agent"
@@ -42,6 +44,10 @@ type cluster struct {
 	env *kubeenv.Env
 	ns  string
 	ctx context.Context
+	// controllerConfig and agentClient, when set, are what controllers and
+	// agents' Lease renewers use instead of the administrator's access.
+	controllerConfig *rest.Config
+	agentClient      kubernetes.Interface
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -145,7 +151,11 @@ func (c *cluster) startController(name string) *replica {
 	ctx, cancel := context.WithCancel(c.ctx)
 	r := &replica{name: name, addr: lis.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
 	go func() {
-		r.done <- controller.Serve(ctx, c.env.Config, controller.ServeOptions{
+		cfg := c.env.Config
+		if c.controllerConfig != nil {
+			cfg = c.controllerConfig
+		}
+		r.done <- controller.Serve(ctx, cfg, controller.ServeOptions{
 			Options: controller.Options{
 				Namespace: c.ns, Identity: name, LeaderElect: true,
 				// Short leases: a failover test waits for one to expire.
@@ -259,7 +269,11 @@ func (c *cluster) startAgent(name string, r *replica, stateDir string, appliers 
 		}
 		return rep
 	}
-	renewer, err := lease.New(lease.Options{Client: c.env.Clientset, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log, Report: report})
+	leaseClient := c.env.Clientset
+	if c.agentClient != nil {
+		leaseClient = c.agentClient
+	}
+	renewer, err := lease.New(lease.Options{Client: leaseClient, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log, Report: report})
 	if err != nil {
 		c.t.Fatal(err)
 	}
