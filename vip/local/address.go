@@ -10,8 +10,11 @@ import (
 )
 
 // DefaultInterface is the link an address is bound to when its Interface is
-// empty: a VIP on the loopback device is local to the host and never
-// answered for on a physical network.
+// empty: a Local VIP on the loopback device is served by this host. Note
+// that Linux answers ARP for loopback addresses on every interface while
+// net.ipv4.conf.*.arp_ignore is 0 (the default), so a Local VIP is not
+// hidden from the network by being on lo; L2ARP VIPs (vip/l2) set
+// arp_ignore on their interface for that reason.
 const DefaultInterface = "lo"
 
 // Address is one address to bind.
