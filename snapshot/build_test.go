@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
@@ -250,5 +252,33 @@ func TestBuildEmptyAndNil(t *testing.T) {
 		if len(diags) != 0 || s.GetCluster() == nil || s.GetNode().GetNodeName() != "n" {
 			t.Errorf("empty build: %v %v", s, diags)
 		}
+	}
+}
+
+// TestNodeAddressesForHeartbeats: an L2ARP VIP's assignment carries the
+// InternalIP of its active and standby nodes (IPv4 preferred), and nothing
+// for nodes whose address is unknown.
+func TestNodeAddressesForHeartbeats(t *testing.T) {
+	node := func(name string, addrs ...corev1.NodeAddress) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	in := &Input{
+		VIPs: []v1alpha1.ProxyVIP{{ObjectMeta: metav1.ObjectMeta{Name: "l2"}, Spec: v1alpha1.ProxyVIPSpec{Address: "10.200.0.5", Mode: v1alpha1.VIPModeL2ARP}}},
+		Nodes: []corev1.Node{
+			node("node-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8::a"}, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}),
+			node("node-b", corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.1"}, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8::b"}),
+			node("node-c", corev1.NodeAddress{Type: corev1.NodeHostName, Address: "node-c"}),
+			node("node-d", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.0.2.13"}),
+		},
+		Decisions: &Decisions{Assignments: map[string]Assignment{"l2": {Active: "node-b", Standbys: []string{"node-a", "node-c"}}}},
+	}
+	snap, _ := Build(in, Options{Node: Node{Name: "node-a"}})
+	vips := snap.GetNode().GetVips()
+	if len(vips) != 1 {
+		t.Fatalf("node part: %v", vips)
+	}
+	want := map[string]string{"node-a": "192.0.2.10", "node-b": "2001:db8::b"}
+	if got := vips[0].GetNodeAddresses(); !maps.Equal(got, want) {
+		t.Errorf("node addresses %v, want %v", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -45,6 +46,7 @@ func (b *builder) buildNode() {
 			if asg.Active == name {
 				a.Role = pb.VIPRole_VIP_ROLE_ACTIVE
 			}
+			a.NodeAddresses = b.nodeAddresses(append([]string{asg.Active}, asg.Standbys...))
 		case v1alpha1.VIPModeBGP, v1alpha1.VIPModeOSPF:
 			a.Role = pb.VIPRole_VIP_ROLE_ANNOUNCE
 		}
@@ -248,4 +250,43 @@ func dottedArea(s string) (string, error) {
 		return "", fmt.Errorf("invalid area %q: use a number 0-4294967295 or dotted form like 0.0.0.0", s)
 	}
 	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}).String(), nil
+}
+
+// nodeAddresses maps each named node that has one to its InternalIP (IPv4
+// preferred), for the heartbeats between an L2 VIP's active and standby
+// nodes. Nil when none is known (standalone files without Node objects).
+func (b *builder) nodeAddresses(names []string) map[string]string {
+	var out map[string]string
+	for i := range b.in.Nodes {
+		n := &b.in.Nodes[i]
+		if n.Name == "" || !slices.Contains(names, n.Name) {
+			continue
+		}
+		if ip := internalIP(n); ip.IsValid() {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[n.Name] = ip.String()
+		}
+	}
+	return out
+}
+
+// internalIP is n's first IPv4 InternalIP, else its first IPv6 one.
+func internalIP(n *corev1.Node) netip.Addr {
+	var v6 netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		switch {
+		case err != nil:
+		case ip.Is4():
+			return ip
+		case !v6.IsValid():
+			v6 = ip
+		}
+	}
+	return v6
 }

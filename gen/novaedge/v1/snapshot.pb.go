@@ -1148,11 +1148,15 @@ type VIPAssignment struct {
 	Addresses  []string               `protobuf:"bytes,4,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	Interfaces []string               `protobuf:"bytes,5,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
 	// Active node and ordered standbys (L2ARP), for heartbeats between them.
-	ActiveNode    string            `protobuf:"bytes,6,opt,name=active_node,json=activeNode,proto3" json:"active_node,omitempty"`
-	StandbyNodes  []string          `protobuf:"bytes,7,rep,name=standby_nodes,json=standbyNodes,proto3" json:"standby_nodes,omitempty"`
-	Bgp           *BGPAnnouncement  `protobuf:"bytes,8,opt,name=bgp,proto3" json:"bgp,omitempty"`
-	Ospf          *OSPFAnnouncement `protobuf:"bytes,9,opt,name=ospf,proto3" json:"ospf,omitempty"`
-	Bfd           *BFD              `protobuf:"bytes,10,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	ActiveNode   string            `protobuf:"bytes,6,opt,name=active_node,json=activeNode,proto3" json:"active_node,omitempty"`
+	StandbyNodes []string          `protobuf:"bytes,7,rep,name=standby_nodes,json=standbyNodes,proto3" json:"standby_nodes,omitempty"`
+	Bgp          *BGPAnnouncement  `protobuf:"bytes,8,opt,name=bgp,proto3" json:"bgp,omitempty"`
+	Ospf         *OSPFAnnouncement `protobuf:"bytes,9,opt,name=ospf,proto3" json:"ospf,omitempty"`
+	Bfd          *BFD              `protobuf:"bytes,10,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	// Addresses (the Node's InternalIP, IPv4 preferred) of the active node and
+	// the standbys (L2ARP), by node name: where the heartbeats between them go.
+	// Nodes without a known address are missing.
+	NodeAddresses map[string]string `protobuf:"bytes,11,rep,name=node_addresses,json=nodeAddresses,proto3" json:"node_addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1253,6 +1257,13 @@ func (x *VIPAssignment) GetOspf() *OSPFAnnouncement {
 func (x *VIPAssignment) GetBfd() *BFD {
 	if x != nil {
 		return x.Bfd
+	}
+	return nil
+}
+
+func (x *VIPAssignment) GetNodeAddresses() map[string]string {
+	if x != nil {
+		return x.NodeAddresses
 	}
 	return nil
 }
@@ -4338,7 +4349,7 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1b.novaedge.v1.ForwardingModeR\x04mode\x12,\n" +
 	"\x12preserve_client_ip\x18\x02 \x01(\bR\x10preserveClientIp\x12@\n" +
 	"\rencapsulation\x18\x03 \x01(\x0e2\x1a.novaedge.v1.EncapsulationR\rencapsulation\x12\x19\n" +
-	"\bgue_port\x18\x04 \x01(\rR\aguePort\"\x80\x03\n" +
+	"\bgue_port\x18\x04 \x01(\rR\aguePort\"\x98\x04\n" +
 	"\rVIPAssignment\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.novaedge.v1.VIPModeR\x04mode\x12(\n" +
@@ -4353,7 +4364,11 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\x03bgp\x18\b \x01(\v2\x1c.novaedge.v1.BGPAnnouncementR\x03bgp\x121\n" +
 	"\x04ospf\x18\t \x01(\v2\x1d.novaedge.v1.OSPFAnnouncementR\x04ospf\x12\"\n" +
 	"\x03bfd\x18\n" +
-	" \x01(\v2\x10.novaedge.v1.BFDR\x03bfd\"\xcc\x02\n" +
+	" \x01(\v2\x10.novaedge.v1.BFDR\x03bfd\x12T\n" +
+	"\x0enode_addresses\x18\v \x03(\v2-.novaedge.v1.VIPAssignment.NodeAddressesEntryR\rnodeAddresses\x1a@\n" +
+	"\x12NodeAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x02\n" +
 	"\x0fBGPAnnouncement\x12\x19\n" +
 	"\blocal_as\x18\x01 \x01(\rR\alocalAs\x12\x1b\n" +
 	"\trouter_id\x18\x02 \x01(\tR\brouterId\x12*\n" +
@@ -4706,7 +4721,7 @@ func file_novaedge_v1_snapshot_proto_rawDescGZIP() []byte {
 }
 
 var file_novaedge_v1_snapshot_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(VIPMode)(0),             // 0: novaedge.v1.VIPMode
 	(ForwardingMode)(0),      // 1: novaedge.v1.ForwardingMode
@@ -4763,6 +4778,7 @@ var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(*Certificate)(nil),      // 52: novaedge.v1.Certificate
 	(*PlanEntry)(nil),        // 53: novaedge.v1.PlanEntry
 	(*Diagnostic)(nil),       // 54: novaedge.v1.Diagnostic
+	nil,                      // 55: novaedge.v1.VIPAssignment.NodeAddressesEntry
 }
 var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
 	14, // 0: novaedge.v1.ConfigSnapshot.cluster:type_name -> novaedge.v1.ClusterConfig
@@ -4785,54 +4801,55 @@ var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
 	19, // 17: novaedge.v1.VIPAssignment.bgp:type_name -> novaedge.v1.BGPAnnouncement
 	21, // 18: novaedge.v1.VIPAssignment.ospf:type_name -> novaedge.v1.OSPFAnnouncement
 	22, // 19: novaedge.v1.VIPAssignment.bfd:type_name -> novaedge.v1.BFD
-	20, // 20: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
-	4,  // 21: novaedge.v1.Listener.protocol:type_name -> novaedge.v1.Protocol
-	24, // 22: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
-	25, // 23: novaedge.v1.Listener.redirect_scheme:type_name -> novaedge.v1.RedirectScheme
-	26, // 24: novaedge.v1.Listener.compression:type_name -> novaedge.v1.Compression
-	5,  // 25: novaedge.v1.Route.kind:type_name -> novaedge.v1.RouteKind
-	28, // 26: novaedge.v1.Route.rules:type_name -> novaedge.v1.RouteRule
-	30, // 27: novaedge.v1.RouteRule.matches:type_name -> novaedge.v1.RouteMatch
-	37, // 28: novaedge.v1.RouteRule.filters:type_name -> novaedge.v1.RouteFilter
-	38, // 29: novaedge.v1.RouteRule.backends:type_name -> novaedge.v1.WeightedBackend
-	39, // 30: novaedge.v1.RouteRule.retry:type_name -> novaedge.v1.RetryPolicy
-	40, // 31: novaedge.v1.RouteRule.timeouts:type_name -> novaedge.v1.RouteTimeouts
-	6,  // 32: novaedge.v1.StringMatch.type:type_name -> novaedge.v1.MatchType
-	29, // 33: novaedge.v1.RouteMatch.path:type_name -> novaedge.v1.StringMatch
-	29, // 34: novaedge.v1.RouteMatch.headers:type_name -> novaedge.v1.StringMatch
-	29, // 35: novaedge.v1.RouteMatch.query_params:type_name -> novaedge.v1.StringMatch
-	31, // 36: novaedge.v1.HeaderModifier.set:type_name -> novaedge.v1.HeaderValue
-	31, // 37: novaedge.v1.HeaderModifier.add:type_name -> novaedge.v1.HeaderValue
-	33, // 38: novaedge.v1.URLRewrite.path:type_name -> novaedge.v1.PathModifier
-	33, // 39: novaedge.v1.RequestRedirect.path:type_name -> novaedge.v1.PathModifier
-	32, // 40: novaedge.v1.RouteFilter.request_header_modifier:type_name -> novaedge.v1.HeaderModifier
-	32, // 41: novaedge.v1.RouteFilter.response_header_modifier:type_name -> novaedge.v1.HeaderModifier
-	34, // 42: novaedge.v1.RouteFilter.url_rewrite:type_name -> novaedge.v1.URLRewrite
-	35, // 43: novaedge.v1.RouteFilter.request_redirect:type_name -> novaedge.v1.RequestRedirect
-	36, // 44: novaedge.v1.RouteFilter.request_mirror:type_name -> novaedge.v1.RequestMirror
-	7,  // 45: novaedge.v1.Backend.lb_policy:type_name -> novaedge.v1.LBPolicy
-	42, // 46: novaedge.v1.Backend.hash_policy:type_name -> novaedge.v1.HashPolicy
-	43, // 47: novaedge.v1.Backend.tls:type_name -> novaedge.v1.BackendTLS
-	44, // 48: novaedge.v1.Backend.endpoints:type_name -> novaedge.v1.Endpoint
-	45, // 49: novaedge.v1.Backend.health_check:type_name -> novaedge.v1.HealthCheck
-	46, // 50: novaedge.v1.Backend.circuit_breaker:type_name -> novaedge.v1.CircuitBreaker
-	8,  // 51: novaedge.v1.Endpoint.state:type_name -> novaedge.v1.EndpointState
-	48, // 52: novaedge.v1.Policy.rate_limit:type_name -> novaedge.v1.RateLimitPolicy
-	49, // 53: novaedge.v1.Policy.jwt:type_name -> novaedge.v1.JWTPolicy
-	50, // 54: novaedge.v1.Policy.cors:type_name -> novaedge.v1.CORSPolicy
-	51, // 55: novaedge.v1.Policy.ip_filter:type_name -> novaedge.v1.IPFilterPolicy
-	31, // 56: novaedge.v1.JWTPolicy.forward_claims:type_name -> novaedge.v1.HeaderValue
-	10, // 57: novaedge.v1.PlanEntry.protocol:type_name -> novaedge.v1.L4Protocol
-	9,  // 58: novaedge.v1.PlanEntry.path:type_name -> novaedge.v1.DataPath
-	44, // 59: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
-	17, // 60: novaedge.v1.PlanEntry.forwarding:type_name -> novaedge.v1.Forwarding
-	11, // 61: novaedge.v1.PlanEntry.affinity:type_name -> novaedge.v1.Affinity
-	12, // 62: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	55, // 20: novaedge.v1.VIPAssignment.node_addresses:type_name -> novaedge.v1.VIPAssignment.NodeAddressesEntry
+	20, // 21: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
+	4,  // 22: novaedge.v1.Listener.protocol:type_name -> novaedge.v1.Protocol
+	24, // 23: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
+	25, // 24: novaedge.v1.Listener.redirect_scheme:type_name -> novaedge.v1.RedirectScheme
+	26, // 25: novaedge.v1.Listener.compression:type_name -> novaedge.v1.Compression
+	5,  // 26: novaedge.v1.Route.kind:type_name -> novaedge.v1.RouteKind
+	28, // 27: novaedge.v1.Route.rules:type_name -> novaedge.v1.RouteRule
+	30, // 28: novaedge.v1.RouteRule.matches:type_name -> novaedge.v1.RouteMatch
+	37, // 29: novaedge.v1.RouteRule.filters:type_name -> novaedge.v1.RouteFilter
+	38, // 30: novaedge.v1.RouteRule.backends:type_name -> novaedge.v1.WeightedBackend
+	39, // 31: novaedge.v1.RouteRule.retry:type_name -> novaedge.v1.RetryPolicy
+	40, // 32: novaedge.v1.RouteRule.timeouts:type_name -> novaedge.v1.RouteTimeouts
+	6,  // 33: novaedge.v1.StringMatch.type:type_name -> novaedge.v1.MatchType
+	29, // 34: novaedge.v1.RouteMatch.path:type_name -> novaedge.v1.StringMatch
+	29, // 35: novaedge.v1.RouteMatch.headers:type_name -> novaedge.v1.StringMatch
+	29, // 36: novaedge.v1.RouteMatch.query_params:type_name -> novaedge.v1.StringMatch
+	31, // 37: novaedge.v1.HeaderModifier.set:type_name -> novaedge.v1.HeaderValue
+	31, // 38: novaedge.v1.HeaderModifier.add:type_name -> novaedge.v1.HeaderValue
+	33, // 39: novaedge.v1.URLRewrite.path:type_name -> novaedge.v1.PathModifier
+	33, // 40: novaedge.v1.RequestRedirect.path:type_name -> novaedge.v1.PathModifier
+	32, // 41: novaedge.v1.RouteFilter.request_header_modifier:type_name -> novaedge.v1.HeaderModifier
+	32, // 42: novaedge.v1.RouteFilter.response_header_modifier:type_name -> novaedge.v1.HeaderModifier
+	34, // 43: novaedge.v1.RouteFilter.url_rewrite:type_name -> novaedge.v1.URLRewrite
+	35, // 44: novaedge.v1.RouteFilter.request_redirect:type_name -> novaedge.v1.RequestRedirect
+	36, // 45: novaedge.v1.RouteFilter.request_mirror:type_name -> novaedge.v1.RequestMirror
+	7,  // 46: novaedge.v1.Backend.lb_policy:type_name -> novaedge.v1.LBPolicy
+	42, // 47: novaedge.v1.Backend.hash_policy:type_name -> novaedge.v1.HashPolicy
+	43, // 48: novaedge.v1.Backend.tls:type_name -> novaedge.v1.BackendTLS
+	44, // 49: novaedge.v1.Backend.endpoints:type_name -> novaedge.v1.Endpoint
+	45, // 50: novaedge.v1.Backend.health_check:type_name -> novaedge.v1.HealthCheck
+	46, // 51: novaedge.v1.Backend.circuit_breaker:type_name -> novaedge.v1.CircuitBreaker
+	8,  // 52: novaedge.v1.Endpoint.state:type_name -> novaedge.v1.EndpointState
+	48, // 53: novaedge.v1.Policy.rate_limit:type_name -> novaedge.v1.RateLimitPolicy
+	49, // 54: novaedge.v1.Policy.jwt:type_name -> novaedge.v1.JWTPolicy
+	50, // 55: novaedge.v1.Policy.cors:type_name -> novaedge.v1.CORSPolicy
+	51, // 56: novaedge.v1.Policy.ip_filter:type_name -> novaedge.v1.IPFilterPolicy
+	31, // 57: novaedge.v1.JWTPolicy.forward_claims:type_name -> novaedge.v1.HeaderValue
+	10, // 58: novaedge.v1.PlanEntry.protocol:type_name -> novaedge.v1.L4Protocol
+	9,  // 59: novaedge.v1.PlanEntry.path:type_name -> novaedge.v1.DataPath
+	44, // 60: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
+	17, // 61: novaedge.v1.PlanEntry.forwarding:type_name -> novaedge.v1.Forwarding
+	11, // 62: novaedge.v1.PlanEntry.affinity:type_name -> novaedge.v1.Affinity
+	12, // 63: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_novaedge_v1_snapshot_proto_init() }
@@ -4859,7 +4876,7 @@ func file_novaedge_v1_snapshot_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_novaedge_v1_snapshot_proto_rawDesc), len(file_novaedge_v1_snapshot_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
