@@ -3,10 +3,12 @@
 # the binaries, runs the HTTP proxy comparison (perf/httpbench), the slow
 # path's scale measurements (perf/routescale), the L4 splicing comparison
 # (perf/splice), the XDP fast path's forwarding rate (perf/xdpbench) and cost
-# per packet (perf/xdpcost) and the
-# Go micro-benchmarks (the Maglev builder among them), and writes everything
-# under perf/results/. Needs root (packages) and at least 2 CPUs. Uses only
-# 127.0.0.1 and addresses inside network namespaces it creates.
+# per packet (perf/xdpcost), the control plane's propagation latency,
+# snapshot build cost and memory against a real kube-apiserver
+# (perf/controlplane) and the Go micro-benchmarks (the Maglev builder among
+# them), and writes everything under perf/results/. Needs root (packages)
+# and at least 2 CPUs. Uses only 127.0.0.1 and addresses inside network
+# namespaces it creates.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/install-deps.sh --bench
@@ -23,6 +25,9 @@ echo "== XDP forwarding rate: trivial XDP_TX vs nftables DNAT vs the fast path, 
 go run ./perf/xdpbench -out perf/results
 echo "== XDP fast path: ns per packet from BPF_PROG_TEST_RUN beside a trivial XDP_TX program (perf/xdpcost)"
 go run ./perf/xdpcost -out perf/results
+echo "== control plane: EndpointSlice change to agent ACK beside a plain watch, snapshot build beside proto.Marshal, controller memory beside an empty cluster (perf/controlplane)"
+assets="$(hack/envtest-assets.sh)"
+KUBEBUILDER_ASSETS="$assets" go run ./perf/controlplane -out perf/results -controller bin/novaedge-controller
 echo "== Go micro-benchmarks (router, balancers, proxy path, Maglev builder)"
 go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath ./fastpath/maglev | tee "perf/results/go-bench-$stamp.txt"
 echo "results in perf/results/"

@@ -74,23 +74,22 @@ var (
 // SIGHUP. It returns the exit code for os.Exit: 1 when the control plane
 // cannot start or stop cleanly, else m.Run's.
 func Run(m *testing.M) (code int) {
-	cp, err := start()
+	env, stop, err := Start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kubeenv: %v\n", err)
 		return 1
 	}
 	defer func() {
-		if err := cp.stop(); err != nil {
+		if err := stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "kubeenv: stop the control plane: %v\n", err)
 			if code == 0 {
 				code = 1
 			}
 		}
 	}()
-	go cp.stopOnSignal()
 
 	currentMu.Lock()
-	current = cp.env
+	current = env
 	currentMu.Unlock()
 	defer func() {
 		currentMu.Lock()
@@ -98,6 +97,21 @@ func Run(m *testing.M) (code int) {
 		currentMu.Unlock()
 	}()
 	return m.Run()
+}
+
+// Start starts a control plane as Run does, for programs that are not
+// test binaries (the benchmarks of perf/). It returns the environment and
+// stop, which stops the control plane and removes its files; the caller
+// must call it when done (calling it again is harmless). Until then
+// SIGINT, SIGTERM and SIGHUP stop the control plane before they end the
+// process, and the processes die with the calling process in any case.
+func Start() (env *Env, stop func() error, err error) {
+	cp, err := start()
+	if err != nil {
+		return nil, nil, err
+	}
+	go cp.stopOnSignal()
+	return cp.env, cp.stop, nil
 }
 
 // Get returns the environment Run started. It fails t when the test binary's
@@ -220,6 +234,10 @@ func start() (_ *controlPlane, err error) {
 	apiserver.CertDir = certDir
 	apiserver.Out = sink
 	apiserver.Err = sink
+	// Every Service of type LoadBalancer takes a ClusterIP, and envtest's
+	// default range is a /24: too few for the thousand Services of
+	// perf/controlplane.
+	apiserver.Configure().Set("service-cluster-ip-range", "10.0.0.0/16")
 
 	cp := &controlPlane{
 		te:       te,
