@@ -21,6 +21,18 @@ type Router struct {
 	// the vty sockets (vtysh --vty_socket Dir).
 	Dir  string
 	logs map[string]*syncBuffer
+	// procs are the running daemons by name, for Restart.
+	procs    map[string]*proc
+	uid, gid int
+	// owner is the test that started the router: daemons restarted from
+	// a subtest still live until it ends.
+	owner testing.TB
+}
+
+type proc struct {
+	d      Daemon
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // Daemon is one FRR daemon to start.
@@ -76,7 +88,7 @@ func Start(t testing.TB, ns *NetNS, daemons ...Daemon) *Router {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &Router{NS: ns, Dir: dir, logs: map[string]*syncBuffer{}}
+	r := &Router{NS: ns, Dir: dir, logs: map[string]*syncBuffer{}, procs: map[string]*proc{}, uid: uid, gid: gid, owner: t}
 	for _, d := range daemons {
 		r.start(t, d, uid, gid)
 	}
@@ -115,11 +127,13 @@ func (r *Router) start(t testing.TB, d Daemon, uid, gid int) {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	t.Cleanup(func() {
+	r.procs[d.Name] = &proc{d: d, cmd: cmd, exited: exited}
+	owner := r.owner
+	owner.Cleanup(func() {
 		_ = cmd.Process.Kill() // by pid: ip netns exec execs the daemon itself
 		<-exited
-		if t.Failed() {
-			t.Logf("%s log:\n%s", d.Name, log.String())
+		if owner.Failed() {
+			owner.Logf("%s log:\n%s", d.Name, log.String())
 		}
 	})
 	Eventually(t, d.Name+"'s vty socket", func() (bool, string) {
@@ -131,6 +145,22 @@ func (r *Router) start(t testing.TB, d Daemon, uid, gid int) {
 		_, err := os.Stat(filepath.Join(r.Dir, d.Name+".vty"))
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// Restart kills a daemon started by Start (by pid) and starts it again
+// with its startup configuration, as a crash and restart would: whatever
+// was configured through vtysh since is gone. Its log restarts too.
+func (r *Router) Restart(t testing.TB, name string) {
+	t.Helper()
+	p := r.procs[name]
+	if p == nil {
+		t.Fatalf("restart %s: not started on this router", name)
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	// The socket of the dead daemon stays behind: wait for the new one's.
+	_ = os.Remove(filepath.Join(r.Dir, name+".vty"))
+	r.start(t, p.d, r.uid, r.gid)
 }
 
 // Vtysh runs vtysh against this router's daemons, one -c per command, and
