@@ -38,6 +38,8 @@ type flags struct {
 	namespace      string
 	podName        string
 	defaultLBClass bool
+	apiQPS         float32
+	apiBurst       int
 	logLevel       string
 	logFormat      string
 }
@@ -82,6 +84,8 @@ from cert-manager, with the same names and keys ca.crt, tls.crt, tls.key).`,
 	fl.StringVar(&f.namespace, "namespace", "", "namespace of the controller's Leases and mTLS Secrets, and of Secrets referenced without a namespace by cluster-scoped resources; empty: $POD_NAMESPACE, else novaedge-system")
 	fl.StringVar(&f.podName, "pod-name", "", "this replica's name in logs; empty: $POD_NAME, else the host name")
 	fl.BoolVar(&f.defaultLBClass, "default-lb-class", true, "also serve Services of type LoadBalancer without spec.loadBalancerClass (as MetalLB does); those with class novaedge.io/lb are served either way")
+	fl.Float32Var(&f.apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes status writes of large clusters take minutes)")
+	fl.IntVar(&f.apiBurst, "kube-api-burst", 100, "burst of requests to the API server")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	cmd.SetOut(stdout)
@@ -95,6 +99,9 @@ func (f *flags) check() error {
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return fmt.Errorf("--log-format %q: must be text or json", f.logFormat)
+	}
+	if f.apiQPS <= 0 || f.apiBurst <= 0 {
+		return errors.New("--kube-api-qps and --kube-api-burst: must be positive")
 	}
 	if f.grpcAddr == "" {
 		return errors.New("--grpc-addr: must not be empty: agents connect there")
@@ -122,6 +129,7 @@ func (f *flags) restConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes configuration (--kubeconfig, $KUBECONFIG or in-cluster): %w", err)
 	}
 	cfg.UserAgent = "novaedge-controller/" + version
+	cfg.QPS, cfg.Burst = f.apiQPS, f.apiBurst
 	return cfg, nil
 }
 
