@@ -5,8 +5,10 @@ import (
 	"slices"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/snapshot"
 )
 
@@ -35,8 +37,22 @@ func (p *publisher) Reconcile(ctx context.Context, _ reconcile.Request) (reconci
 	}
 	slices.Sort(nodes)
 	nodes = slices.Compact(nodes)
+	involved := involvedNodes(w)
+	var base *pb.ConfigSnapshot
+	var baseCluster []byte
 	for _, node := range nodes {
-		snap, _ := snapshot.Build(w.in, p.c.buildOptions(node, labels[node]))
+		var snap *pb.ConfigSnapshot
+		if involved[node] {
+			snap, _ = snapshot.Build(w.in, p.c.buildOptions(node, labels[node]))
+		} else {
+			// Most nodes of a large cluster serve nothing: one build
+			// serves them all.
+			if base == nil {
+				base, _ = snapshot.Build(w.in, p.c.buildOptions(noNode, nil))
+				baseCluster = snapshot.ClusterBytes(base)
+			}
+			snap = snapshot.ForNode(base, baseCluster, node)
+		}
 		if p.c.opts.Publisher != nil {
 			p.c.opts.Publisher.Publish(node, snap)
 		}
@@ -53,4 +69,44 @@ func (c *Controller) buildOptions(node string, labels map[string]string) snapsho
 		ClusterComplete:       true,
 		SkipClasslessServices: !c.opts.ServeClasslessServices,
 	}
+}
+
+// noNode is the node the shared snapshot is built for: no Kubernetes node
+// can have this name, so no endpoint is on it (the empty name would mean
+// "every node's endpoints" for Services with externalTrafficPolicy Local).
+const noNode = "(none)"
+
+// involvedNodes are the nodes whose snapshot differs from that of a node
+// that serves nothing: those named in an assignment, and those hosting an
+// endpoint of a Service with externalTrafficPolicy Local (their tables hold
+// their own endpoints only).
+func involvedNodes(w *world) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range w.in.Decisions.Assignments {
+		for _, n := range append(append([]string{a.Active}, a.Standbys...), a.Announcing...) {
+			if n != "" {
+				out[n] = true
+			}
+		}
+	}
+	local := map[string]bool{} // "ns/name" of Services with Local traffic
+	for _, v := range w.services {
+		for _, m := range v.members {
+			if m.LocalTraffic {
+				local[m.Namespace+"/"+m.Name] = true
+			}
+		}
+	}
+	for i := range w.in.EndpointSlices {
+		es := &w.in.EndpointSlices[i]
+		if !local[es.Namespace+"/"+es.Labels[discoveryv1.LabelServiceName]] {
+			continue
+		}
+		for _, e := range es.Endpoints {
+			if e.NodeName != nil && *e.NodeName != "" {
+				out[*e.NodeName] = true
+			}
+		}
+	}
+	return out
 }

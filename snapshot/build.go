@@ -197,14 +197,34 @@ func ClusterBytes(s *pb.ConfigSnapshot) []byte {
 // ContentHash is the hex SHA-256 over the deterministic encodings of the
 // cluster and node parts of s (version and diagnostics excluded).
 func ContentHash(s *pb.ConfigSnapshot) string {
+	return contentHash(ClusterBytes(s), s.GetNode())
+}
+
+func contentHash(clusterBytes []byte, n *pb.NodeConfig) string {
 	h := sha256.New()
-	h.Write(ClusterBytes(s))
-	node, err := deterministic.Marshal(s.GetNode())
+	h.Write(clusterBytes)
+	node, err := deterministic.Marshal(n)
 	if err != nil {
 		panic(fmt.Sprintf("marshal node config: %v", err))
 	}
 	h.Write(node)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ForNode returns the snapshot of node when it is a node that serves no VIP
+// and hosts no endpoint of a Service with externalTrafficPolicy Local,
+// given base, the snapshot built for a name no node has (such a node too;
+// not the empty name, which means every node's endpoints for Services with
+// externalTrafficPolicy Local), and clusterBytes, ClusterBytes(base). Such nodes' snapshots differ only
+// in the node's name, so a controller builds once for all of them: the
+// cluster part is shared, not copied, and must not be modified.
+func ForNode(base *pb.ConfigSnapshot, clusterBytes []byte, node string) *pb.ConfigSnapshot {
+	s := &pb.ConfigSnapshot{
+		Version: base.GetVersion(), Cluster: base.GetCluster(),
+		Node: &pb.NodeConfig{NodeName: node}, Diagnostics: base.GetDiagnostics(),
+	}
+	s.ContentHash = contentHash(clusterBytes, s.Node)
+	return s
 }
 
 // DiagnosticToProto converts a diagnostic for the wire.

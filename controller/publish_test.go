@@ -1,0 +1,84 @@
+package controller
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/novaedge/novaedge/api/v1alpha1"
+	"github.com/novaedge/novaedge/snapshot"
+)
+
+// TestUninvolvedNodesShareOneBuild: the snapshot the publisher derives for a
+// node that serves nothing and hosts no endpoint of a Local Service equals
+// what a full build for that node gives, and only such nodes take it.
+func TestUninvolvedNodesShareOneBuild(t *testing.T) {
+	ptr := func(s string) *string { return &s }
+	tru := true
+	svc := func(name string, local bool) corev1.Service {
+		s := corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+		}
+		if local {
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
+		return s
+	}
+	slice := func(svc string, eps ...[2]string) discoveryv1.EndpointSlice {
+		es := discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: svc + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: func() *int32 { p := int32(8080); return &p }()}},
+		}
+		for _, e := range eps {
+			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{e[0]}, NodeName: ptr(e[1]), Conditions: discoveryv1.EndpointConditions{Ready: &tru}})
+		}
+		return es
+	}
+	in := &snapshot.Input{
+		VIPs:     []v1alpha1.ProxyVIP{{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: v1alpha1.ProxyVIPSpec{Address: "10.9.0.1", Mode: v1alpha1.VIPModeL2ARP}}},
+		Services: []corev1.Service{svc("global", false), svc("local", true)},
+		EndpointSlices: []discoveryv1.EndpointSlice{
+			slice("global", [2]string{"10.1.0.1", "node-d"}, [2]string{"10.1.0.2", "node-e"}),
+			slice("local", [2]string{"10.1.1.1", "node-c"}),
+		},
+		Decisions: &snapshot.Decisions{
+			Addresses: map[string][]netip.Addr{
+				snapshot.ServiceVIPName("shop", "global"): {netip.MustParseAddr("10.9.0.2")},
+				snapshot.ServiceVIPName("shop", "local"):  {netip.MustParseAddr("10.9.0.3")},
+			},
+			Assignments: map[string]snapshot.Assignment{
+				"web": {Active: "node-a", Standbys: []string{"node-b"}},
+				snapshot.ServiceVIPName("shop", "global"): {Active: "node-b"},
+			},
+			EndpointHealth: map[string]bool{},
+		},
+	}
+	w := &world{in: in, services: servedServices(in, false)}
+	involved := involvedNodes(w)
+	if got := slices.Sorted(maps.Keys(involved)); !slices.Equal(got, []string{"node-a", "node-b", "node-c"}) {
+		t.Fatalf("involved nodes %v, want node-a, node-b (assigned) and node-c (a Local endpoint)", got)
+	}
+	c := &Controller{opts: Options{ServeClasslessServices: true}}
+	base, _ := snapshot.Build(in, c.buildOptions(noNode, nil))
+	baseCluster := snapshot.ClusterBytes(base)
+	for _, node := range []string{"node-d", "node-e", "node-z"} {
+		full, _ := snapshot.Build(in, c.buildOptions(node, nil))
+		derived := snapshot.ForNode(base, baseCluster, node)
+		if derived.GetContentHash() != full.GetContentHash() || !proto.Equal(derived.GetCluster(), full.GetCluster()) || !proto.Equal(derived.GetNode(), full.GetNode()) {
+			t.Errorf("%s: the shared build differs from a full one", node)
+		}
+	}
+	// And it would be wrong for an involved node.
+	full, _ := snapshot.Build(in, c.buildOptions("node-c", nil))
+	if snapshot.ForNode(base, baseCluster, "node-c").GetContentHash() == full.GetContentHash() {
+		t.Error("node-c's Local endpoints do not change its snapshot: the test proves nothing")
+	}
+}
