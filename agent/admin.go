@@ -140,6 +140,28 @@ func (s *adminServer) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.Relo
 	return resp, nil
 }
 
+// VIPStatusReporter is implemented by the applier that announces VIPs
+// (vip/manager); the admin API's VIPStatus asks the first applier that
+// implements it.
+type VIPStatusReporter interface {
+	VIPStatus(ctx context.Context) (*pb.VIPStatusResponse, error)
+}
+
+// VIPStatus reports the VIP announcements, or enabled false when no
+// applier announces VIPs.
+func (s *adminServer) VIPStatus(ctx context.Context, _ *pb.VIPStatusRequest) (*pb.VIPStatusResponse, error) {
+	for _, ap := range s.a.opts.Appliers {
+		if r, ok := ap.(VIPStatusReporter); ok {
+			st, err := r.VIPStatus(ctx)
+			if err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+			return st, nil
+		}
+	}
+	return &pb.VIPStatusResponse{}, nil
+}
+
 // ListenAdmin creates the admin API's Unix socket at path, readable and
 // writable by root only (the API can reload configuration). A socket left
 // behind by an agent that died is replaced; one that still answers means

@@ -273,3 +273,52 @@ func TestOpsEndpoints(t *testing.T) {
 		t.Errorf("/nothing = %d, want 404", code)
 	}
 }
+
+// vipReporter is an applier that reports VIP status.
+type vipReporter struct{ st *pb.VIPStatusResponse }
+
+func (v *vipReporter) Name() string { return "vip" }
+
+func (v *vipReporter) Compile(*pb.ConfigSnapshot) (Change, error) {
+	return ChangeFunc(func(context.Context) error { return nil }), nil
+}
+
+func (v *vipReporter) VIPStatus(context.Context) (*pb.VIPStatusResponse, error) { return v.st, nil }
+
+// silentApplier applies nothing and reports nothing.
+type silentApplier struct{}
+
+func (silentApplier) Name() string { return "silent" }
+
+func (silentApplier) Compile(*pb.ConfigSnapshot) (Change, error) {
+	return ChangeFunc(func(context.Context) error { return nil }), nil
+}
+
+func TestAdminVIPStatus(t *testing.T) {
+	want := &pb.VIPStatusResponse{Enabled: true, Vips: []*pb.VIPAnnouncementStatus{{Vip: "web", Mode: "BGP", Role: "ANNOUNCE", Announced: true}}}
+	tests := []struct {
+		name     string
+		appliers []Applier
+		want     *pb.VIPStatusResponse
+	}{
+		{"no vip applier", nil, &pb.VIPStatusResponse{}},
+		{"the reporting applier answers", []Applier{silentApplier{}, &vipReporter{st: want}}, want},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "standalone.yaml")
+			writeConfig(t, path)
+			src := fileSource(path)
+			src.Debounce = 0
+			_, c, _ := serveAgent(t, noWatchSource{src}, Options{Appliers: tc.appliers})
+			got, err := c.VIPStatus(context.Background(), &pb.VIPStatusRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(got, tc.want) {
+				t.Errorf("VIPStatus = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

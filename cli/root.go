@@ -107,6 +107,9 @@ Against a running agent (--socket):
   plan       per VIP address:port, fast path (XDP) or slow path (Go proxy), and why
   errors     diagnostics of the served configuration and of the last rejected one
   reload     make a standalone agent re-read its configuration files
+  vip status VIP announcements: mode, role, interfaces, announced or why not
+  bgp peers  BGP sessions;  bgp routes  the host routes announced
+  bfd        BFD sessions with the BGP peers
 
 Exit status: 0 on success, 1 when the configuration has errors or the command
 failed, 2 on a usage error.`,
@@ -129,6 +132,9 @@ failed, 2 on a usage error.`,
 		newPlanCommand(o),
 		newErrorsCommand(o),
 		newReloadCommand(o),
+		newVIPCommand(o),
+		newBGPCommand(o),
+		newBFDCommand(o),
 		newFastpathCommand(),
 		newDecapCommand(),
 		newDemoBackendCommand(),

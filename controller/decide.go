@@ -226,7 +226,7 @@ func nodeReady(n *corev1.Node) bool {
 // forVIP returns the eligible nodes for one VIP of the build and its
 // minimum of healthy nodes.
 func (e eligibility) forVIP(w *world, v *pb.VIP) ([]string, int) {
-	var sel labels.Selector = labels.Everything()
+	sel := labels.Everything()
 	minHealthy := 1
 	var localNodes map[string]bool
 	if obj := findVIP(w.in, v.GetName()); obj != nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,6 +41,7 @@ import (
 	"github.com/novaedge/novaedge/slowpath/sockets"
 	"github.com/novaedge/novaedge/snapshot"
 	"github.com/novaedge/novaedge/vip/local"
+	"github.com/novaedge/novaedge/vip/manager"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -73,6 +75,9 @@ type flags struct {
 	bpfRoot       string
 	natPorts      string
 	lineage       bool
+	routerID      string
+	l2LeaseTTL    time.Duration
+	bgpListenPort int32
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -89,8 +94,8 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		Long: `novaedge-agent runs on every node. It receives configuration snapshots, checks
 and compiles them, and switches the node's data planes to them as a whole:
 Local VIP addresses, the XDP fast path (L4 balancing in the kernel) and the Go
-proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and TLS listeners) now; VIP
-announcement (ARP/NDP, BGP, OSPF) as it lands.
+proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and TLS listeners), and VIP
+announcement: L2ARP (ARP/NDP), BGP with BFD; OSPF is not supported yet.
 
 Controller mode (--controller host:port) follows the NovaEdge controller: the
 agent subscribes for its node over gRPC with mutual TLS (ca.crt, tls.crt and
@@ -118,7 +123,9 @@ pinned under --bpf-root and adopted by the next agent, so flows keep their
 backends across restarts and upgrades.
 
 On SIGTERM or SIGINT the agent stops its servers and exits, leaving VIP
-addresses and the XDP program in place so a restart does not drop traffic;
+addresses and the XDP program in place so a restart does not drop traffic
+(BGP sessions close without a notification, so routers keep the node's
+routes through graceful restart until the next agent refreshes them);
 "novaedgectl fastpath uninstall" removes the fast path.`,
 		Example: `  novaedge-agent --controller novaedge-controller.novaedge-system.svc:9443 --node-name "$NODE_NAME"
   novaedge-agent --standalone
@@ -159,6 +166,9 @@ addresses and the XDP program in place so a restart does not drop traffic;
 	fl.StringVar(&f.natPorts, "nat-port-range", fmt.Sprintf("%d-%d", fastpath.DefaultNATPortMin, fastpath.DefaultNATPortMax), "source ports for the fast path's SNAT, reserved from the host's ephemeral ports (net.ipv4.ip_local_reserved_ports)")
 	fl.BoolVar(&f.lineage, "maglev-lineage", false, "build each Maglev table from the installed one (removing 1 of N backends remaps only its 1/N of flows); tables then depend on this node's history, so leave it off when several nodes share a VIP through ECMP")
 	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
+	fl.StringVar(&f.routerID, "router-id", "", "this node's BGP router ID (an IPv4 address unique among the routers' peers); empty: the source address of the route towards the first IPv4 BGP peer")
+	fl.DurationVar(&f.l2LeaseTTL, "l2-lease-ttl", manager.DefaultL2LeaseTTL, "how long the node answers ARP/NDP for its L2ARP VIPs after the agent last renewed its lease (renewed every third of it): a hung agent stops answering after this")
+	fl.Int32Var(&f.bgpListenPort, "bgp-listen-port", 0, "TCP port on which the BGP speaker accepts sessions; 0: none, the node opens every session itself and port 179 stays free")
 	return cmd
 }
 
@@ -194,7 +204,35 @@ func (f *flags) check() error {
 	if _, _, err := parsePortRange(f.natPorts); err != nil {
 		return usageErr{fmt.Errorf("--nat-port-range: %w", err)}
 	}
+	if f.routerID != "" {
+		if a, err := netip.ParseAddr(f.routerID); err != nil || !a.Unmap().Is4() {
+			return usageErr{fmt.Errorf("--router-id %q: must be an IPv4 address", f.routerID)}
+		}
+	}
+	if f.l2LeaseTTL <= 0 {
+		return usageErr{fmt.Errorf("--l2-lease-ttl %v: must be positive", f.l2LeaseTTL)}
+	}
+	if f.bgpListenPort < 0 || f.bgpListenPort > 65535 {
+		return usageErr{fmt.Errorf("--bgp-listen-port %d: must be 0-65535", f.bgpListenPort)}
+	}
 	return nil
+}
+
+// vipManager builds the VIP announcement applier (L2ARP, BGP, BFD). It
+// opens nothing until a snapshot assigns this node a VIP in those modes.
+func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manager.Manager, error) {
+	var id netip.Addr
+	if f.routerID != "" {
+		id, _ = netip.ParseAddr(f.routerID) // checked by check
+	}
+	return manager.New(manager.Options{
+		Logger:        log.With("component", "vip"),
+		RouterID:      id,
+		L2LeaseTTL:    f.l2LeaseTTL,
+		BGPListenPort: f.bgpListenPort,
+		StateDir:      f.stateDir,
+		Registry:      reg,
+	})
 }
 
 // parsePortRange parses "lo-hi" (inclusive, 1 ≤ lo ≤ hi ≤ 65535).
@@ -366,6 +404,14 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	theProxy.Store(proxy)
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
+	vips, err := f.vipManager(log, reg)
+	if err != nil {
+		return err
+	}
+	// Close leaves BGP sessions to die with the process (graceful restart
+	// keeps the routes) and L2 addresses bound for the next start.
+	defer func() { _ = vips.Close() }()
+	opts.Appliers = append(opts.Appliers, vips)
 	serveOpts := agent.ServeOptions{AdminSocket: f.adminSocket, MetricsAddr: f.metricsAddr}
 	var confirmHandoff func() error
 	if f.handoffSocket != "" {

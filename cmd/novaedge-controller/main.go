@@ -10,13 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/novaedge/novaedge/internal/termsig"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -70,7 +70,7 @@ from cert-manager, with the same names and keys ca.crt, tls.crt, tls.key).`,
 			if err := f.check(); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), termsig.Shutdown...)
 			defer stop()
 			return f.run(ctx, stderr)
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/novaedge/novaedge/internal/termsig"
 	"log"
 	"log/slog"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -69,7 +69,7 @@ func main() {
 	// logger (and complains with a stack trace when it is unset).
 	crlog.SetLogger(logr.FromSlogHandler(logger.Handler()))
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(context.Background(), termsig.Shutdown...)
 	defer cancel()
 	stamp := time.Now().UTC().Format("2006-01-02T150405Z")
 	sc := scale{Namespace: "bench-scale", Routes: *routes, Backends: *backends, Gateways: *gateways}

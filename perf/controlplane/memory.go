@@ -171,7 +171,7 @@ func (p *ctlProc) waitBuild(ctx context.Context, since time.Time, nodes int, qui
 		}
 		select {
 		case <-p.exited:
-			return build{}, 0, fmt.Errorf("the controller exited (%v); its last log lines:\n%s", p.err, tail)
+			return build{}, 0, fmt.Errorf("the controller exited (%w); its last log lines:\n%s", p.err, tail)
 		case <-ctx.Done():
 			return build{}, 0, ctx.Err()
 		case <-time.After(50 * time.Millisecond):

@@ -218,7 +218,7 @@ func (c *childSpeaker) try(req childRequest) (childResponse, error) {
 		return childResponse{}, fmt.Errorf("write request: %w", err)
 	}
 	if !c.out.Scan() {
-		return childResponse{}, fmt.Errorf("no response (process ended: %v): %v", c.out.Err(), c.log.String())
+		return childResponse{}, fmt.Errorf("no response (process ended: %w): %v", c.out.Err(), c.log.String())
 	}
 	var resp childResponse
 	if err := json.Unmarshal(c.out.Bytes(), &resp); err != nil {

@@ -316,12 +316,12 @@ var _ gobgplog.Logger = (*gobgpLogger)(nil)
 
 func (l *gobgpLogger) emit(level slog.Level, msg string, fields gobgplog.Fields) {
 	if key, ok := fields["Key"].(string); ok {
-		switch {
-		case msg == "Peer Down":
+		switch msg {
+		case "Peer Down":
 			if r, ok := fields["Reason"].(string); ok {
 				l.ev.recordError(key, r)
 			}
-		case msg == "failed to connect":
+		case "failed to connect":
 			if err, ok := fields["Error"].(error); ok {
 				l.ev.recordError(key, "connect: "+err.Error())
 			}

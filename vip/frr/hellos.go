@@ -112,7 +112,7 @@ func (h *helloChecker) set(uplinks []Uplink, routerID netip.Addr) {
 
 func (h *helloChecker) read(ctx context.Context, ifname string, c *rawsock.Conn) {
 	defer h.wg.Done()
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	buf := make([]byte, 65536)
 	for {
 		b, src, err := c.Read(ctx, buf)

@@ -25,7 +25,6 @@ var (
 	// probeIP4 is the sender address of the test's own ARP requests, which
 	// tells their replies from those to the client kernel's requests.
 	probeIP4  = netip.MustParseAddr("192.0.2.50")
-	nodeIP6   = netip.MustParseAddr("fd00:db8:12::1")
 	clientIP6 = netip.MustParseAddr("fd00:db8:12::2")
 	vip4      = netip.MustParseAddr("192.0.2.100")
 	vip6      = netip.MustParseAddr("fd00:db8:12::100")

@@ -168,6 +168,42 @@ func (*ReloadRequest) Descriptor() ([]byte, []int) {
 	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
+type VIPStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VIPStatusRequest) Reset() {
+	*x = VIPStatusRequest{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VIPStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VIPStatusRequest) ProtoMessage() {}
+
+func (x *VIPStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VIPStatusRequest.ProtoReflect.Descriptor instead.
+func (*VIPStatusRequest) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
 type AgentStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeName string                 `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
@@ -205,7 +241,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_novaedge_v1_admin_proto_msgTypes[4]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +253,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_admin_proto_msgTypes[4]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +266,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentStatus) GetNodeName() string {
@@ -391,7 +427,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_novaedge_v1_admin_proto_msgTypes[5]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +439,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_admin_proto_msgTypes[5]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +452,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Feature) GetName() string {
@@ -454,7 +490,7 @@ type ConfigErrorsResponse struct {
 
 func (x *ConfigErrorsResponse) Reset() {
 	*x = ConfigErrorsResponse{}
-	mi := &file_novaedge_v1_admin_proto_msgTypes[6]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +502,7 @@ func (x *ConfigErrorsResponse) String() string {
 func (*ConfigErrorsResponse) ProtoMessage() {}
 
 func (x *ConfigErrorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_admin_proto_msgTypes[6]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +515,7 @@ func (x *ConfigErrorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigErrorsResponse.ProtoReflect.Descriptor instead.
 func (*ConfigErrorsResponse) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfigErrorsResponse) GetApplied() []*Diagnostic {
@@ -514,7 +550,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_novaedge_v1_admin_proto_msgTypes[7]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +562,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_admin_proto_msgTypes[7]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +575,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReloadResponse) GetApplied() bool {
@@ -563,6 +599,846 @@ func (x *ReloadResponse) GetError() string {
 	return ""
 }
 
+type VIPStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Enabled is false when the agent runs without VIP announcement.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// VIPs this node serves in the announced modes (L2ARP, BGP, OSPF),
+	// sorted by name. Local VIPs are in AgentStatus.bound_addresses.
+	Vips []*VIPAnnouncementStatus `protobuf:"bytes,2,rep,name=vips,proto3" json:"vips,omitempty"`
+	L2   *L2Counters              `protobuf:"bytes,3,opt,name=l2,proto3" json:"l2,omitempty"`
+	// Unix milliseconds until which the L2 lease lets this node answer ARP
+	// and NDP (0: never renewed).
+	L2LeaseUntilUnixMs int64      `protobuf:"varint,4,opt,name=l2_lease_until_unix_ms,json=l2LeaseUntilUnixMs,proto3" json:"l2_lease_until_unix_ms,omitempty"`
+	Bgp                *BGPStatus `protobuf:"bytes,5,opt,name=bgp,proto3" json:"bgp,omitempty"`
+	Bfd                *BFDStatus `protobuf:"bytes,6,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	// Errors of the last apply and problems of the node configuration, each
+	// naming the VIP and field.
+	Errors        []string `protobuf:"bytes,7,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VIPStatusResponse) Reset() {
+	*x = VIPStatusResponse{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VIPStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VIPStatusResponse) ProtoMessage() {}
+
+func (x *VIPStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VIPStatusResponse.ProtoReflect.Descriptor instead.
+func (*VIPStatusResponse) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *VIPStatusResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *VIPStatusResponse) GetVips() []*VIPAnnouncementStatus {
+	if x != nil {
+		return x.Vips
+	}
+	return nil
+}
+
+func (x *VIPStatusResponse) GetL2() *L2Counters {
+	if x != nil {
+		return x.L2
+	}
+	return nil
+}
+
+func (x *VIPStatusResponse) GetL2LeaseUntilUnixMs() int64 {
+	if x != nil {
+		return x.L2LeaseUntilUnixMs
+	}
+	return 0
+}
+
+func (x *VIPStatusResponse) GetBgp() *BGPStatus {
+	if x != nil {
+		return x.Bgp
+	}
+	return nil
+}
+
+func (x *VIPStatusResponse) GetBfd() *BFDStatus {
+	if x != nil {
+		return x.Bfd
+	}
+	return nil
+}
+
+func (x *VIPStatusResponse) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type VIPAnnouncementStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Vip   string                 `protobuf:"bytes,1,opt,name=vip,proto3" json:"vip,omitempty"`
+	// "L2ARP", "BGP" or "OSPF".
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// "ACTIVE", "STANDBY" or "ANNOUNCE".
+	Role      string   `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Addresses []string `protobuf:"bytes,4,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// Interfaces announced on (L2ARP), as configured or chosen by route.
+	Interfaces []string `protobuf:"bytes,5,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// Announced is true when this node claims the VIP (L2ARP active) or
+	// advertises its routes (BGP).
+	Announced bool `protobuf:"varint,6,opt,name=announced,proto3" json:"announced,omitempty"`
+	// Reason the VIP is not announced, when it is not.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Bfd           bool   `protobuf:"varint,8,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VIPAnnouncementStatus) Reset() {
+	*x = VIPAnnouncementStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VIPAnnouncementStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VIPAnnouncementStatus) ProtoMessage() {}
+
+func (x *VIPAnnouncementStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VIPAnnouncementStatus.ProtoReflect.Descriptor instead.
+func (*VIPAnnouncementStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VIPAnnouncementStatus) GetVip() string {
+	if x != nil {
+		return x.Vip
+	}
+	return ""
+}
+
+func (x *VIPAnnouncementStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *VIPAnnouncementStatus) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *VIPAnnouncementStatus) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *VIPAnnouncementStatus) GetInterfaces() []string {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+func (x *VIPAnnouncementStatus) GetAnnounced() bool {
+	if x != nil {
+		return x.Announced
+	}
+	return false
+}
+
+func (x *VIPAnnouncementStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *VIPAnnouncementStatus) GetBfd() bool {
+	if x != nil {
+		return x.Bfd
+	}
+	return false
+}
+
+type L2Counters struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Garps          uint64                 `protobuf:"varint,1,opt,name=garps,proto3" json:"garps,omitempty"`
+	UnsolicitedNas uint64                 `protobuf:"varint,2,opt,name=unsolicited_nas,json=unsolicitedNas,proto3" json:"unsolicited_nas,omitempty"`
+	ArpReplies     uint64                 `protobuf:"varint,3,opt,name=arp_replies,json=arpReplies,proto3" json:"arp_replies,omitempty"`
+	SolicitedNas   uint64                 `protobuf:"varint,4,opt,name=solicited_nas,json=solicitedNas,proto3" json:"solicited_nas,omitempty"`
+	// Suppressed counts answers not sent because the lease had expired.
+	Suppressed    uint64 `protobuf:"varint,5,opt,name=suppressed,proto3" json:"suppressed,omitempty"`
+	Conflicts     uint64 `protobuf:"varint,6,opt,name=conflicts,proto3" json:"conflicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *L2Counters) Reset() {
+	*x = L2Counters{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *L2Counters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*L2Counters) ProtoMessage() {}
+
+func (x *L2Counters) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use L2Counters.ProtoReflect.Descriptor instead.
+func (*L2Counters) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *L2Counters) GetGarps() uint64 {
+	if x != nil {
+		return x.Garps
+	}
+	return 0
+}
+
+func (x *L2Counters) GetUnsolicitedNas() uint64 {
+	if x != nil {
+		return x.UnsolicitedNas
+	}
+	return 0
+}
+
+func (x *L2Counters) GetArpReplies() uint64 {
+	if x != nil {
+		return x.ArpReplies
+	}
+	return 0
+}
+
+func (x *L2Counters) GetSolicitedNas() uint64 {
+	if x != nil {
+		return x.SolicitedNas
+	}
+	return 0
+}
+
+func (x *L2Counters) GetSuppressed() uint64 {
+	if x != nil {
+		return x.Suppressed
+	}
+	return 0
+}
+
+func (x *L2Counters) GetConflicts() uint64 {
+	if x != nil {
+		return x.Conflicts
+	}
+	return 0
+}
+
+type BGPStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Running is true once a BGP assignment started the speaker.
+	Running  bool   `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	LocalAs  uint32 `protobuf:"varint,2,opt,name=local_as,json=localAs,proto3" json:"local_as,omitempty"`
+	RouterId string `protobuf:"bytes,3,opt,name=router_id,json=routerId,proto3" json:"router_id,omitempty"`
+	// Restarting is true when the speaker started after an agent restart
+	// with graceful restart (peers kept its routes as stale).
+	Restarting bool              `protobuf:"varint,4,opt,name=restarting,proto3" json:"restarting,omitempty"`
+	Peers      []*BGPPeerStatus  `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	Routes     []*BGPRouteStatus `protobuf:"bytes,6,rep,name=routes,proto3" json:"routes,omitempty"`
+	// Error of the last reconcile, empty when it succeeded.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BGPStatus) Reset() {
+	*x = BGPStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BGPStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BGPStatus) ProtoMessage() {}
+
+func (x *BGPStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BGPStatus.ProtoReflect.Descriptor instead.
+func (*BGPStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BGPStatus) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *BGPStatus) GetLocalAs() uint32 {
+	if x != nil {
+		return x.LocalAs
+	}
+	return 0
+}
+
+func (x *BGPStatus) GetRouterId() string {
+	if x != nil {
+		return x.RouterId
+	}
+	return ""
+}
+
+func (x *BGPStatus) GetRestarting() bool {
+	if x != nil {
+		return x.Restarting
+	}
+	return false
+}
+
+func (x *BGPStatus) GetPeers() []*BGPPeerStatus {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *BGPStatus) GetRoutes() []*BGPRouteStatus {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *BGPStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type BGPPeerStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	As      uint32                 `protobuf:"varint,2,opt,name=as,proto3" json:"as,omitempty"`
+	Port    uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// BGP FSM state: Idle, Connect, Active, OpenSent, OpenConfirm,
+	// Established.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the peer is shut down (e.g. "BFD down"); empty when enabled.
+	ShutDown               string `protobuf:"bytes,5,opt,name=shut_down,json=shutDown,proto3" json:"shut_down,omitempty"`
+	EstablishedSinceUnixMs int64  `protobuf:"varint,6,opt,name=established_since_unix_ms,json=establishedSinceUnixMs,proto3" json:"established_since_unix_ms,omitempty"`
+	RemoteRouterId         string `protobuf:"bytes,7,opt,name=remote_router_id,json=remoteRouterId,proto3" json:"remote_router_id,omitempty"`
+	Received               uint64 `protobuf:"varint,8,opt,name=received,proto3" json:"received,omitempty"`
+	Accepted               uint64 `protobuf:"varint,9,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Advertised             uint64 `protobuf:"varint,10,opt,name=advertised,proto3" json:"advertised,omitempty"`
+	LastError              string `protobuf:"bytes,11,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastErrorAtUnixMs      int64  `protobuf:"varint,12,opt,name=last_error_at_unix_ms,json=lastErrorAtUnixMs,proto3" json:"last_error_at_unix_ms,omitempty"`
+	GracefulRestart        bool   `protobuf:"varint,13,opt,name=graceful_restart,json=gracefulRestart,proto3" json:"graceful_restart,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *BGPPeerStatus) Reset() {
+	*x = BGPPeerStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BGPPeerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BGPPeerStatus) ProtoMessage() {}
+
+func (x *BGPPeerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BGPPeerStatus.ProtoReflect.Descriptor instead.
+func (*BGPPeerStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BGPPeerStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *BGPPeerStatus) GetAs() uint32 {
+	if x != nil {
+		return x.As
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BGPPeerStatus) GetShutDown() string {
+	if x != nil {
+		return x.ShutDown
+	}
+	return ""
+}
+
+func (x *BGPPeerStatus) GetEstablishedSinceUnixMs() int64 {
+	if x != nil {
+		return x.EstablishedSinceUnixMs
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetRemoteRouterId() string {
+	if x != nil {
+		return x.RemoteRouterId
+	}
+	return ""
+}
+
+func (x *BGPPeerStatus) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetAccepted() uint64 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetAdvertised() uint64 {
+	if x != nil {
+		return x.Advertised
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *BGPPeerStatus) GetLastErrorAtUnixMs() int64 {
+	if x != nil {
+		return x.LastErrorAtUnixMs
+	}
+	return 0
+}
+
+func (x *BGPPeerStatus) GetGracefulRestart() bool {
+	if x != nil {
+		return x.GracefulRestart
+	}
+	return false
+}
+
+type BGPRouteStatus struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Vip                string                 `protobuf:"bytes,1,opt,name=vip,proto3" json:"vip,omitempty"`
+	Prefix             string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Communities        []string               `protobuf:"bytes,3,rep,name=communities,proto3" json:"communities,omitempty"`
+	LargeCommunities   []string               `protobuf:"bytes,4,rep,name=large_communities,json=largeCommunities,proto3" json:"large_communities,omitempty"`
+	HasLocalPreference bool                   `protobuf:"varint,5,opt,name=has_local_preference,json=hasLocalPreference,proto3" json:"has_local_preference,omitempty"`
+	LocalPreference    uint32                 `protobuf:"varint,6,opt,name=local_preference,json=localPreference,proto3" json:"local_preference,omitempty"`
+	HasMed             bool                   `protobuf:"varint,7,opt,name=has_med,json=hasMed,proto3" json:"has_med,omitempty"`
+	Med                uint32                 `protobuf:"varint,8,opt,name=med,proto3" json:"med,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *BGPRouteStatus) Reset() {
+	*x = BGPRouteStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BGPRouteStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BGPRouteStatus) ProtoMessage() {}
+
+func (x *BGPRouteStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BGPRouteStatus.ProtoReflect.Descriptor instead.
+func (*BGPRouteStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BGPRouteStatus) GetVip() string {
+	if x != nil {
+		return x.Vip
+	}
+	return ""
+}
+
+func (x *BGPRouteStatus) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *BGPRouteStatus) GetCommunities() []string {
+	if x != nil {
+		return x.Communities
+	}
+	return nil
+}
+
+func (x *BGPRouteStatus) GetLargeCommunities() []string {
+	if x != nil {
+		return x.LargeCommunities
+	}
+	return nil
+}
+
+func (x *BGPRouteStatus) GetHasLocalPreference() bool {
+	if x != nil {
+		return x.HasLocalPreference
+	}
+	return false
+}
+
+func (x *BGPRouteStatus) GetLocalPreference() uint32 {
+	if x != nil {
+		return x.LocalPreference
+	}
+	return 0
+}
+
+func (x *BGPRouteStatus) GetHasMed() bool {
+	if x != nil {
+		return x.HasMed
+	}
+	return false
+}
+
+func (x *BGPRouteStatus) GetMed() uint32 {
+	if x != nil {
+		return x.Med
+	}
+	return 0
+}
+
+type BFDStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Running is true once a BFD-enabled BGP VIP started the speaker.
+	Running bool `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	// Why the speaker could not start (e.g. FRR's bfdd holds UDP 3784).
+	Error         string              `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Sessions      []*BFDSessionStatus `protobuf:"bytes,3,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BFDStatus) Reset() {
+	*x = BFDStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BFDStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BFDStatus) ProtoMessage() {}
+
+func (x *BFDStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BFDStatus.ProtoReflect.Descriptor instead.
+func (*BFDStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BFDStatus) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *BFDStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *BFDStatus) GetSessions() []*BFDSessionStatus {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type BFDSessionStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Peer      string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Local     string                 `protobuf:"bytes,2,opt,name=local,proto3" json:"local,omitempty"`
+	Interface string                 `protobuf:"bytes,3,opt,name=interface,proto3" json:"interface,omitempty"`
+	// AdminDown, Down, Init or Up.
+	State            string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	RemoteState      string `protobuf:"bytes,5,opt,name=remote_state,json=remoteState,proto3" json:"remote_state,omitempty"`
+	Diag             string `protobuf:"bytes,6,opt,name=diag,proto3" json:"diag,omitempty"`
+	DetectMultiplier uint32 `protobuf:"varint,7,opt,name=detect_multiplier,json=detectMultiplier,proto3" json:"detect_multiplier,omitempty"`
+	TxIntervalMs     uint32 `protobuf:"varint,8,opt,name=tx_interval_ms,json=txIntervalMs,proto3" json:"tx_interval_ms,omitempty"`
+	DetectionTimeMs  uint32 `protobuf:"varint,9,opt,name=detection_time_ms,json=detectionTimeMs,proto3" json:"detection_time_ms,omitempty"`
+	LastChangeUnixMs int64  `protobuf:"varint,10,opt,name=last_change_unix_ms,json=lastChangeUnixMs,proto3" json:"last_change_unix_ms,omitempty"`
+	Ups              uint64 `protobuf:"varint,11,opt,name=ups,proto3" json:"ups,omitempty"`
+	Downs            uint64 `protobuf:"varint,12,opt,name=downs,proto3" json:"downs,omitempty"`
+	PacketsSent      uint64 `protobuf:"varint,13,opt,name=packets_sent,json=packetsSent,proto3" json:"packets_sent,omitempty"`
+	PacketsReceived  uint64 `protobuf:"varint,14,opt,name=packets_received,json=packetsReceived,proto3" json:"packets_received,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BFDSessionStatus) Reset() {
+	*x = BFDSessionStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BFDSessionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BFDSessionStatus) ProtoMessage() {}
+
+func (x *BFDSessionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BFDSessionStatus.ProtoReflect.Descriptor instead.
+func (*BFDSessionStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BFDSessionStatus) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *BFDSessionStatus) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+func (x *BFDSessionStatus) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *BFDSessionStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BFDSessionStatus) GetRemoteState() string {
+	if x != nil {
+		return x.RemoteState
+	}
+	return ""
+}
+
+func (x *BFDSessionStatus) GetDiag() string {
+	if x != nil {
+		return x.Diag
+	}
+	return ""
+}
+
+func (x *BFDSessionStatus) GetDetectMultiplier() uint32 {
+	if x != nil {
+		return x.DetectMultiplier
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetTxIntervalMs() uint32 {
+	if x != nil {
+		return x.TxIntervalMs
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetDetectionTimeMs() uint32 {
+	if x != nil {
+		return x.DetectionTimeMs
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetLastChangeUnixMs() int64 {
+	if x != nil {
+		return x.LastChangeUnixMs
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetUps() uint64 {
+	if x != nil {
+		return x.Ups
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetDowns() uint64 {
+	if x != nil {
+		return x.Downs
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetPacketsSent() uint64 {
+	if x != nil {
+		return x.PacketsSent
+	}
+	return 0
+}
+
+func (x *BFDSessionStatus) GetPacketsReceived() uint64 {
+	if x != nil {
+		return x.PacketsReceived
+	}
+	return 0
+}
+
 var File_novaedge_v1_admin_proto protoreflect.FileDescriptor
 
 const file_novaedge_v1_admin_proto_rawDesc = "" +
@@ -571,7 +1447,8 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\rStatusRequest\"\x14\n" +
 	"\x12GetSnapshotRequest\"\x15\n" +
 	"\x13ConfigErrorsRequest\"\x0f\n" +
-	"\rReloadRequest\"\x8a\x06\n" +
+	"\rReloadRequest\"\x12\n" +
+	"\x10VIPStatusRequest\"\x8a\x06\n" +
 	"\vAgentStatus\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12!\n" +
@@ -607,13 +1484,101 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\x0eReloadResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error2\xb1\x02\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xae\x02\n" +
+	"\x11VIPStatusResponse\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x126\n" +
+	"\x04vips\x18\x02 \x03(\v2\".novaedge.v1.VIPAnnouncementStatusR\x04vips\x12'\n" +
+	"\x02l2\x18\x03 \x01(\v2\x17.novaedge.v1.L2CountersR\x02l2\x122\n" +
+	"\x16l2_lease_until_unix_ms\x18\x04 \x01(\x03R\x12l2LeaseUntilUnixMs\x12(\n" +
+	"\x03bgp\x18\x05 \x01(\v2\x16.novaedge.v1.BGPStatusR\x03bgp\x12(\n" +
+	"\x03bfd\x18\x06 \x01(\v2\x16.novaedge.v1.BFDStatusR\x03bfd\x12\x16\n" +
+	"\x06errors\x18\a \x03(\tR\x06errors\"\xd7\x01\n" +
+	"\x15VIPAnnouncementStatus\x12\x10\n" +
+	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x1c\n" +
+	"\taddresses\x18\x04 \x03(\tR\taddresses\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x05 \x03(\tR\n" +
+	"interfaces\x12\x1c\n" +
+	"\tannounced\x18\x06 \x01(\bR\tannounced\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x10\n" +
+	"\x03bfd\x18\b \x01(\bR\x03bfd\"\xcf\x01\n" +
+	"\n" +
+	"L2Counters\x12\x14\n" +
+	"\x05garps\x18\x01 \x01(\x04R\x05garps\x12'\n" +
+	"\x0funsolicited_nas\x18\x02 \x01(\x04R\x0eunsolicitedNas\x12\x1f\n" +
+	"\varp_replies\x18\x03 \x01(\x04R\n" +
+	"arpReplies\x12#\n" +
+	"\rsolicited_nas\x18\x04 \x01(\x04R\fsolicitedNas\x12\x1e\n" +
+	"\n" +
+	"suppressed\x18\x05 \x01(\x04R\n" +
+	"suppressed\x12\x1c\n" +
+	"\tconflicts\x18\x06 \x01(\x04R\tconflicts\"\xfa\x01\n" +
+	"\tBGPStatus\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\x12\x19\n" +
+	"\blocal_as\x18\x02 \x01(\rR\alocalAs\x12\x1b\n" +
+	"\trouter_id\x18\x03 \x01(\tR\brouterId\x12\x1e\n" +
+	"\n" +
+	"restarting\x18\x04 \x01(\bR\n" +
+	"restarting\x120\n" +
+	"\x05peers\x18\x05 \x03(\v2\x1a.novaedge.v1.BGPPeerStatusR\x05peers\x123\n" +
+	"\x06routes\x18\x06 \x03(\v2\x1b.novaedge.v1.BGPRouteStatusR\x06routes\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xb9\x03\n" +
+	"\rBGPPeerStatus\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
+	"\x02as\x18\x02 \x01(\rR\x02as\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1b\n" +
+	"\tshut_down\x18\x05 \x01(\tR\bshutDown\x129\n" +
+	"\x19established_since_unix_ms\x18\x06 \x01(\x03R\x16establishedSinceUnixMs\x12(\n" +
+	"\x10remote_router_id\x18\a \x01(\tR\x0eremoteRouterId\x12\x1a\n" +
+	"\breceived\x18\b \x01(\x04R\breceived\x12\x1a\n" +
+	"\baccepted\x18\t \x01(\x04R\baccepted\x12\x1e\n" +
+	"\n" +
+	"advertised\x18\n" +
+	" \x01(\x04R\n" +
+	"advertised\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\v \x01(\tR\tlastError\x120\n" +
+	"\x15last_error_at_unix_ms\x18\f \x01(\x03R\x11lastErrorAtUnixMs\x12)\n" +
+	"\x10graceful_restart\x18\r \x01(\bR\x0fgracefulRestart\"\x91\x02\n" +
+	"\x0eBGPRouteStatus\x12\x10\n" +
+	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12 \n" +
+	"\vcommunities\x18\x03 \x03(\tR\vcommunities\x12+\n" +
+	"\x11large_communities\x18\x04 \x03(\tR\x10largeCommunities\x120\n" +
+	"\x14has_local_preference\x18\x05 \x01(\bR\x12hasLocalPreference\x12)\n" +
+	"\x10local_preference\x18\x06 \x01(\rR\x0flocalPreference\x12\x17\n" +
+	"\ahas_med\x18\a \x01(\bR\x06hasMed\x12\x10\n" +
+	"\x03med\x18\b \x01(\rR\x03med\"v\n" +
+	"\tBFDStatus\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x129\n" +
+	"\bsessions\x18\x03 \x03(\v2\x1d.novaedge.v1.BFDSessionStatusR\bsessions\"\xcb\x03\n" +
+	"\x10BFDSessionStatus\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
+	"\x05local\x18\x02 \x01(\tR\x05local\x12\x1c\n" +
+	"\tinterface\x18\x03 \x01(\tR\tinterface\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12!\n" +
+	"\fremote_state\x18\x05 \x01(\tR\vremoteState\x12\x12\n" +
+	"\x04diag\x18\x06 \x01(\tR\x04diag\x12+\n" +
+	"\x11detect_multiplier\x18\a \x01(\rR\x10detectMultiplier\x12$\n" +
+	"\x0etx_interval_ms\x18\b \x01(\rR\ftxIntervalMs\x12*\n" +
+	"\x11detection_time_ms\x18\t \x01(\rR\x0fdetectionTimeMs\x12-\n" +
+	"\x13last_change_unix_ms\x18\n" +
+	" \x01(\x03R\x10lastChangeUnixMs\x12\x10\n" +
+	"\x03ups\x18\v \x01(\x04R\x03ups\x12\x14\n" +
+	"\x05downs\x18\f \x01(\x04R\x05downs\x12!\n" +
+	"\fpackets_sent\x18\r \x01(\x04R\vpacketsSent\x12)\n" +
+	"\x10packets_received\x18\x0e \x01(\x04R\x0fpacketsReceived2\xfd\x02\n" +
 	"\n" +
 	"AgentAdmin\x12>\n" +
 	"\x06Status\x12\x1a.novaedge.v1.StatusRequest\x1a\x18.novaedge.v1.AgentStatus\x12K\n" +
 	"\vGetSnapshot\x12\x1f.novaedge.v1.GetSnapshotRequest\x1a\x1b.novaedge.v1.ConfigSnapshot\x12S\n" +
 	"\fConfigErrors\x12 .novaedge.v1.ConfigErrorsRequest\x1a!.novaedge.v1.ConfigErrorsResponse\x12A\n" +
-	"\x06Reload\x12\x1a.novaedge.v1.ReloadRequest\x1a\x1b.novaedge.v1.ReloadResponseB9Z7github.com/novaedge/novaedge/gen/novaedge/v1;novaedgev1b\x06proto3"
+	"\x06Reload\x12\x1a.novaedge.v1.ReloadRequest\x1a\x1b.novaedge.v1.ReloadResponse\x12J\n" +
+	"\tVIPStatus\x12\x1d.novaedge.v1.VIPStatusRequest\x1a\x1e.novaedge.v1.VIPStatusResponseB9Z7github.com/novaedge/novaedge/gen/novaedge/v1;novaedgev1b\x06proto3"
 
 var (
 	file_novaedge_v1_admin_proto_rawDescOnce sync.Once
@@ -627,36 +1592,54 @@ func file_novaedge_v1_admin_proto_rawDescGZIP() []byte {
 	return file_novaedge_v1_admin_proto_rawDescData
 }
 
-var file_novaedge_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_novaedge_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_novaedge_v1_admin_proto_goTypes = []any{
-	(*StatusRequest)(nil),        // 0: novaedge.v1.StatusRequest
-	(*GetSnapshotRequest)(nil),   // 1: novaedge.v1.GetSnapshotRequest
-	(*ConfigErrorsRequest)(nil),  // 2: novaedge.v1.ConfigErrorsRequest
-	(*ReloadRequest)(nil),        // 3: novaedge.v1.ReloadRequest
-	(*AgentStatus)(nil),          // 4: novaedge.v1.AgentStatus
-	(*Feature)(nil),              // 5: novaedge.v1.Feature
-	(*ConfigErrorsResponse)(nil), // 6: novaedge.v1.ConfigErrorsResponse
-	(*ReloadResponse)(nil),       // 7: novaedge.v1.ReloadResponse
-	(*Diagnostic)(nil),           // 8: novaedge.v1.Diagnostic
-	(*ConfigSnapshot)(nil),       // 9: novaedge.v1.ConfigSnapshot
+	(*StatusRequest)(nil),         // 0: novaedge.v1.StatusRequest
+	(*GetSnapshotRequest)(nil),    // 1: novaedge.v1.GetSnapshotRequest
+	(*ConfigErrorsRequest)(nil),   // 2: novaedge.v1.ConfigErrorsRequest
+	(*ReloadRequest)(nil),         // 3: novaedge.v1.ReloadRequest
+	(*VIPStatusRequest)(nil),      // 4: novaedge.v1.VIPStatusRequest
+	(*AgentStatus)(nil),           // 5: novaedge.v1.AgentStatus
+	(*Feature)(nil),               // 6: novaedge.v1.Feature
+	(*ConfigErrorsResponse)(nil),  // 7: novaedge.v1.ConfigErrorsResponse
+	(*ReloadResponse)(nil),        // 8: novaedge.v1.ReloadResponse
+	(*VIPStatusResponse)(nil),     // 9: novaedge.v1.VIPStatusResponse
+	(*VIPAnnouncementStatus)(nil), // 10: novaedge.v1.VIPAnnouncementStatus
+	(*L2Counters)(nil),            // 11: novaedge.v1.L2Counters
+	(*BGPStatus)(nil),             // 12: novaedge.v1.BGPStatus
+	(*BGPPeerStatus)(nil),         // 13: novaedge.v1.BGPPeerStatus
+	(*BGPRouteStatus)(nil),        // 14: novaedge.v1.BGPRouteStatus
+	(*BFDStatus)(nil),             // 15: novaedge.v1.BFDStatus
+	(*BFDSessionStatus)(nil),      // 16: novaedge.v1.BFDSessionStatus
+	(*Diagnostic)(nil),            // 17: novaedge.v1.Diagnostic
+	(*ConfigSnapshot)(nil),        // 18: novaedge.v1.ConfigSnapshot
 }
 var file_novaedge_v1_admin_proto_depIdxs = []int32{
-	5, // 0: novaedge.v1.AgentStatus.features:type_name -> novaedge.v1.Feature
-	8, // 1: novaedge.v1.ConfigErrorsResponse.applied:type_name -> novaedge.v1.Diagnostic
-	8, // 2: novaedge.v1.ConfigErrorsResponse.rejected:type_name -> novaedge.v1.Diagnostic
-	0, // 3: novaedge.v1.AgentAdmin.Status:input_type -> novaedge.v1.StatusRequest
-	1, // 4: novaedge.v1.AgentAdmin.GetSnapshot:input_type -> novaedge.v1.GetSnapshotRequest
-	2, // 5: novaedge.v1.AgentAdmin.ConfigErrors:input_type -> novaedge.v1.ConfigErrorsRequest
-	3, // 6: novaedge.v1.AgentAdmin.Reload:input_type -> novaedge.v1.ReloadRequest
-	4, // 7: novaedge.v1.AgentAdmin.Status:output_type -> novaedge.v1.AgentStatus
-	9, // 8: novaedge.v1.AgentAdmin.GetSnapshot:output_type -> novaedge.v1.ConfigSnapshot
-	6, // 9: novaedge.v1.AgentAdmin.ConfigErrors:output_type -> novaedge.v1.ConfigErrorsResponse
-	7, // 10: novaedge.v1.AgentAdmin.Reload:output_type -> novaedge.v1.ReloadResponse
-	7, // [7:11] is the sub-list for method output_type
-	3, // [3:7] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	6,  // 0: novaedge.v1.AgentStatus.features:type_name -> novaedge.v1.Feature
+	17, // 1: novaedge.v1.ConfigErrorsResponse.applied:type_name -> novaedge.v1.Diagnostic
+	17, // 2: novaedge.v1.ConfigErrorsResponse.rejected:type_name -> novaedge.v1.Diagnostic
+	10, // 3: novaedge.v1.VIPStatusResponse.vips:type_name -> novaedge.v1.VIPAnnouncementStatus
+	11, // 4: novaedge.v1.VIPStatusResponse.l2:type_name -> novaedge.v1.L2Counters
+	12, // 5: novaedge.v1.VIPStatusResponse.bgp:type_name -> novaedge.v1.BGPStatus
+	15, // 6: novaedge.v1.VIPStatusResponse.bfd:type_name -> novaedge.v1.BFDStatus
+	13, // 7: novaedge.v1.BGPStatus.peers:type_name -> novaedge.v1.BGPPeerStatus
+	14, // 8: novaedge.v1.BGPStatus.routes:type_name -> novaedge.v1.BGPRouteStatus
+	16, // 9: novaedge.v1.BFDStatus.sessions:type_name -> novaedge.v1.BFDSessionStatus
+	0,  // 10: novaedge.v1.AgentAdmin.Status:input_type -> novaedge.v1.StatusRequest
+	1,  // 11: novaedge.v1.AgentAdmin.GetSnapshot:input_type -> novaedge.v1.GetSnapshotRequest
+	2,  // 12: novaedge.v1.AgentAdmin.ConfigErrors:input_type -> novaedge.v1.ConfigErrorsRequest
+	3,  // 13: novaedge.v1.AgentAdmin.Reload:input_type -> novaedge.v1.ReloadRequest
+	4,  // 14: novaedge.v1.AgentAdmin.VIPStatus:input_type -> novaedge.v1.VIPStatusRequest
+	5,  // 15: novaedge.v1.AgentAdmin.Status:output_type -> novaedge.v1.AgentStatus
+	18, // 16: novaedge.v1.AgentAdmin.GetSnapshot:output_type -> novaedge.v1.ConfigSnapshot
+	7,  // 17: novaedge.v1.AgentAdmin.ConfigErrors:output_type -> novaedge.v1.ConfigErrorsResponse
+	8,  // 18: novaedge.v1.AgentAdmin.Reload:output_type -> novaedge.v1.ReloadResponse
+	9,  // 19: novaedge.v1.AgentAdmin.VIPStatus:output_type -> novaedge.v1.VIPStatusResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_novaedge_v1_admin_proto_init() }
@@ -671,7 +1654,7 @@ func file_novaedge_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_novaedge_v1_admin_proto_rawDesc), len(file_novaedge_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

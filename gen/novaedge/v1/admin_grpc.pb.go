@@ -26,6 +26,7 @@ const (
 	AgentAdmin_GetSnapshot_FullMethodName  = "/novaedge.v1.AgentAdmin/GetSnapshot"
 	AgentAdmin_ConfigErrors_FullMethodName = "/novaedge.v1.AgentAdmin/ConfigErrors"
 	AgentAdmin_Reload_FullMethodName       = "/novaedge.v1.AgentAdmin/Reload"
+	AgentAdmin_VIPStatus_FullMethodName    = "/novaedge.v1.AgentAdmin/VIPStatus"
 )
 
 // AgentAdminClient is the client API for AgentAdmin service.
@@ -41,6 +42,10 @@ type AgentAdminClient interface {
 	ConfigErrors(ctx context.Context, in *ConfigErrorsRequest, opts ...grpc.CallOption) (*ConfigErrorsResponse, error)
 	// Reload re-reads the configuration files (standalone mode).
 	Reload(ctx context.Context, in *ReloadRequest, opts ...grpc.CallOption) (*ReloadResponse, error)
+	// VIPStatus reports the VIP announcements of this node: per VIP its role
+	// and whether it is announced, the L2 counters, the BGP peers and routes
+	// and the BFD sessions.
+	VIPStatus(ctx context.Context, in *VIPStatusRequest, opts ...grpc.CallOption) (*VIPStatusResponse, error)
 }
 
 type agentAdminClient struct {
@@ -91,6 +96,16 @@ func (c *agentAdminClient) Reload(ctx context.Context, in *ReloadRequest, opts .
 	return out, nil
 }
 
+func (c *agentAdminClient) VIPStatus(ctx context.Context, in *VIPStatusRequest, opts ...grpc.CallOption) (*VIPStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VIPStatusResponse)
+	err := c.cc.Invoke(ctx, AgentAdmin_VIPStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentAdminServer is the server API for AgentAdmin service.
 // All implementations must embed UnimplementedAgentAdminServer
 // for forward compatibility.
@@ -104,6 +119,10 @@ type AgentAdminServer interface {
 	ConfigErrors(context.Context, *ConfigErrorsRequest) (*ConfigErrorsResponse, error)
 	// Reload re-reads the configuration files (standalone mode).
 	Reload(context.Context, *ReloadRequest) (*ReloadResponse, error)
+	// VIPStatus reports the VIP announcements of this node: per VIP its role
+	// and whether it is announced, the L2 counters, the BGP peers and routes
+	// and the BFD sessions.
+	VIPStatus(context.Context, *VIPStatusRequest) (*VIPStatusResponse, error)
 	mustEmbedUnimplementedAgentAdminServer()
 }
 
@@ -125,6 +144,9 @@ func (UnimplementedAgentAdminServer) ConfigErrors(context.Context, *ConfigErrors
 }
 func (UnimplementedAgentAdminServer) Reload(context.Context, *ReloadRequest) (*ReloadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reload not implemented")
+}
+func (UnimplementedAgentAdminServer) VIPStatus(context.Context, *VIPStatusRequest) (*VIPStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VIPStatus not implemented")
 }
 func (UnimplementedAgentAdminServer) mustEmbedUnimplementedAgentAdminServer() {}
 func (UnimplementedAgentAdminServer) testEmbeddedByValue()                    {}
@@ -219,6 +241,24 @@ func _AgentAdmin_Reload_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentAdmin_VIPStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VIPStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentAdminServer).VIPStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentAdmin_VIPStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentAdminServer).VIPStatus(ctx, req.(*VIPStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentAdmin_ServiceDesc is the grpc.ServiceDesc for AgentAdmin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -241,6 +281,10 @@ var AgentAdmin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reload",
 			Handler:    _AgentAdmin_Reload_Handler,
+		},
+		{
+			MethodName: "VIPStatus",
+			Handler:    _AgentAdmin_VIPStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -53,14 +53,14 @@ func ListenOSPF(nsPath, ifname string) (*Conn, error) {
 			ch <- result{err: fmt.Errorf("read current network namespace: %w", err)}
 			return
 		}
-		defer orig.Close()
+		defer func() { _ = orig.Close() }()
 		target, err := netns.GetFromPath(nsPath)
 		if err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("open network namespace %s: %w", nsPath, err)}
 			return
 		}
-		defer target.Close()
+		defer func() { _ = target.Close() }()
 		if err := netns.Set(target); err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("enter network namespace %s: %w", nsPath, err)}

@@ -1,0 +1,17 @@
+// Package vip tests VIP announcement end to end: the real novaedge-agent
+// binary, in standalone mode, runs in a node network namespace between a
+// router namespace running FRR (zebra and bgpd, the top-of-rack router) and
+// a client namespace on the node's Ethernet segment.
+//
+// The test checks that FRR learns the BGP VIP's /32 from the agent and
+// installs it; that the L2ARP VIP is answered on the client's segment (the
+// client's kernel resolves it to the node's MAC and reaches it); that
+// novaedgectl vip status and bgp peers show both; and that SIGTERM keeps
+// FRR's route through graceful restart (marked stale) until a restarted
+// agent refreshes it. A second run enables BFD on the BGP VIP with FRR's
+// bfdd as the peer and checks that the agent's session comes Up.
+//
+// The test needs root, iproute2 and FRR; it fails, never skips, saying what
+// to install. Everything is cleaned up by test/frr (namespaces, daemons) and
+// by the test (the agent processes, by pid).
+package vip

@@ -1,0 +1,643 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/novaedge/novaedge/agent"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/vip/bfd"
+	"github.com/novaedge/novaedge/vip/bgp"
+	"github.com/novaedge/novaedge/vip/l2"
+)
+
+// DefaultL2LeaseTTL is the L2 lease length when Options.L2LeaseTTL is zero.
+const DefaultL2LeaseTTL = 3 * time.Second
+
+// RestartMarker is the file in Options.StateDir that says a BGP speaker
+// ran and left its routes to graceful restart.
+const RestartMarker = "bgp-graceful-restart"
+
+// Options configure a Manager.
+type Options struct {
+	// Logger receives changes and problems. Nil discards them.
+	Logger *slog.Logger
+	// RouterID is the node's BGP router ID. Zero: the source address of
+	// the route towards the first IPv4 peer (the node's address as its
+	// routers see it), unless a VIP carries one.
+	RouterID netip.Addr
+	// L2LeaseTTL is how long one renewal lets the node answer ARP/NDP for
+	// its L2 VIPs; it is renewed every third of it. Zero means
+	// DefaultL2LeaseTTL.
+	L2LeaseTTL time.Duration
+	// L2 are the announcer's options (schedule, GARP form). Its Logger and
+	// Clock default to the manager's.
+	L2 l2.Options
+	// BGPListenPort is the TCP port the speaker accepts sessions on. Zero:
+	// no listener (sessions are opened by the node).
+	BGPListenPort int32
+	// BGPConnectRetry is the wait between attempts to open a session.
+	// Zero: bgp.DefaultConnectRetry.
+	BGPConnectRetry time.Duration
+	// StateDir holds RestartMarker. Empty: restarts are not detected and
+	// the speaker never starts with graceful restart's Restarting bit.
+	StateDir string
+	// Registry receives the manager's metrics. Nil: none.
+	Registry prometheus.Registerer
+	// Clock drives the lease. Nil: the system clock.
+	Clock l2.Clock
+}
+
+// Manager is the "vip" applier. Its methods are safe for concurrent use.
+type Manager struct {
+	opts   Options
+	log    *slog.Logger
+	clock  l2.Clock
+	ttl    time.Duration
+	routes routes
+
+	// mu serialises Apply, Close, Withdraw and State.
+	mu        sync.Mutex
+	closed    bool
+	l2        *l2.Announcer
+	renewStop chan struct{}
+	renewDone chan struct{}
+
+	bgp           *bgp.Speaker
+	bgpRestarting bool
+	bgpDesired    bgp.Desired
+	bgpErr        string
+	derivedID     netip.Addr
+
+	bfd         *bfd.Speaker
+	bfdErr      string
+	bfdSessions map[netip.Addr]bfd.SessionConfig
+	bfdStop     func()
+	bfdDone     chan struct{}
+	// bfdMu guards bfdDown, the peers BFD shut down, written by the event
+	// goroutine.
+	bfdMu   sync.Mutex
+	bfdDown map[netip.Addr]bool
+
+	vips     []VIPState
+	problems []string
+}
+
+var _ agent.Applier = (*Manager)(nil)
+
+// New returns a manager with nothing announced. Nothing is opened before
+// the first Apply that needs it.
+func New(opts Options) (*Manager, error) {
+	if opts.L2LeaseTTL < 0 {
+		return nil, fmt.Errorf("l2 lease ttl %v: negative", opts.L2LeaseTTL)
+	}
+	if opts.BGPListenPort < 0 || opts.BGPListenPort > 65535 {
+		return nil, fmt.Errorf("bgp listen port %d: out of range", opts.BGPListenPort)
+	}
+	if opts.RouterID.IsValid() && !opts.RouterID.Unmap().Is4() {
+		return nil, fmt.Errorf("router id %s: must be an IPv4 address", opts.RouterID)
+	}
+	m := &Manager{
+		opts:        opts,
+		log:         opts.Logger,
+		clock:       opts.Clock,
+		ttl:         opts.L2LeaseTTL,
+		routes:      hostRoutes{},
+		bfdSessions: map[netip.Addr]bfd.SessionConfig{},
+		bfdDown:     map[netip.Addr]bool{},
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.clock == nil {
+		m.clock = systemClock{}
+	}
+	if m.ttl == 0 {
+		m.ttl = DefaultL2LeaseTTL
+	}
+	m.opts.RouterID = opts.RouterID.Unmap()
+	if opts.Registry != nil {
+		if err := opts.Registry.Register(&collector{m: m}); err != nil {
+			return nil, fmt.Errorf("register vip metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Name returns "vip".
+func (m *Manager) Name() string { return "vip" }
+
+// Compile checks the snapshot's node part; the returned change reconciles
+// the announcements with it.
+func (m *Manager) Compile(snap *pb.ConfigSnapshot) (agent.Change, error) {
+	c, err := compile(snap)
+	if err != nil {
+		return nil, err
+	}
+	return agent.ChangeFunc(func(ctx context.Context) error { return m.apply(ctx, c) }), nil
+}
+
+// apply reconciles every announcement with c. Problems that leave a VIP
+// unannounced are returned (the agent reports them and marks itself
+// unhealthy); those that do not (a BFD speaker that cannot start, settings
+// settled between VIPs) are only in the status.
+func (m *Manager) apply(ctx context.Context, c *compiled) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("vip manager closed")
+	}
+	problems := slices.Clone(c.warnings)
+	var errs []error
+	states := make([]VIPState, 0, len(c.vips))
+	for _, v := range c.vips {
+		a := v.asg
+		states = append(states, VIPState{
+			VIP: a.GetVip(), Mode: a.GetMode(), Role: a.GetRole(), Addresses: v.addrs,
+			Interfaces: slices.Clone(a.GetInterfaces()), BFD: a.GetBfd().GetEnabled(),
+		})
+	}
+	errs = append(errs, m.applyL2(c, states)...)
+	d, bgpErrs, bgpProblems := m.applyBGP(ctx, c, states)
+	errs = append(errs, bgpErrs...)
+	problems = append(problems, bgpProblems...)
+	problems = append(problems, m.applyBFD(ctx, c, d)...)
+	for i, v := range c.vips {
+		if v.asg.GetMode() == pb.VIPMode_VIP_MODE_OSPF {
+			states[i].Reason = "OSPF is not supported by this agent yet"
+		}
+	}
+	m.vips, m.problems = states, problems
+	for _, p := range problems {
+		m.log.Warn("vip announcement", "problem", p)
+	}
+	return errors.Join(errs...)
+}
+
+// applyL2 announces the active L2ARP VIPs and releases the others.
+func (m *Manager) applyL2(c *compiled, states []VIPState) []error {
+	var errs []error
+	want := map[l2.Announcement]int{} // → index in states
+	for i, v := range c.vips {
+		a := v.asg
+		if a.GetMode() != pb.VIPMode_VIP_MODE_L2ARP {
+			continue
+		}
+		if a.GetRole() != pb.VIPRole_VIP_ROLE_ACTIVE {
+			states[i].Reason = "standby: heartbeats and failover are not implemented yet, so a standby never takes over"
+			continue
+		}
+		ifaces := a.GetInterfaces()
+		if len(ifaces) == 0 {
+			for _, addr := range v.addrs {
+				ifc, err := m.routes.InterfaceFor(addr)
+				if err != nil {
+					err = fmt.Errorf("vip %s: interfaces: %w", a.GetVip(), err)
+					errs = append(errs, err)
+					states[i].Reason = err.Error()
+					continue
+				}
+				if !slices.Contains(ifaces, ifc) {
+					ifaces = append(ifaces, ifc)
+				}
+			}
+			states[i].Interfaces = ifaces
+		}
+		for _, ifc := range ifaces {
+			for _, addr := range v.addrs {
+				want[l2.Announcement{Interface: ifc, Addr: addr}] = i
+			}
+		}
+	}
+	if len(want) > 0 && m.l2 == nil {
+		o := m.opts.L2
+		if o.Logger == nil {
+			o.Logger = m.log.With("component", "l2")
+		}
+		if o.Clock == nil {
+			o.Clock = m.clock
+		}
+		an, err := l2.New(o)
+		if err != nil {
+			return append(errs, fmt.Errorf("l2 announcer: %w", err))
+		}
+		m.l2 = an
+		m.startRenewal()
+	}
+	if m.l2 == nil {
+		return errs
+	}
+	// Renewing here too: Announce needs a fresh lease, and a manager that
+	// applies a snapshot where it is active is alive.
+	m.l2.Renew(m.clock.Now().Add(m.ttl))
+	for _, a := range m.l2.Active() {
+		if _, ok := want[a]; ok {
+			continue
+		}
+		if err := m.l2.Release(a.Interface, a.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("release %s: %w", a, err))
+		}
+	}
+	announced := map[int]bool{}
+	failed := map[int]bool{}
+	for _, a := range slices.SortedFunc(maps.Keys(want), compareAnnouncement) {
+		i := want[a]
+		if err := m.l2.Announce(a.Interface, a.Addr); err != nil {
+			err = fmt.Errorf("vip %s: %w", states[i].VIP, err)
+			errs = append(errs, err)
+			states[i].Reason = err.Error()
+			failed[i] = true
+			continue
+		}
+		announced[i] = true
+	}
+	for i := range announced {
+		states[i].Announced = !failed[i] && states[i].Reason == ""
+	}
+	return errs
+}
+
+func compareAnnouncement(x, y l2.Announcement) int {
+	if x.Interface != y.Interface {
+		if x.Interface < y.Interface {
+			return -1
+		}
+		return 1
+	}
+	return x.Addr.Compare(y.Addr)
+}
+
+// startRenewal renews the lease every third of its length until Close.
+func (m *Manager) startRenewal() {
+	m.renewStop, m.renewDone = make(chan struct{}), make(chan struct{})
+	an, stop, done := m.l2, m.renewStop, m.renewDone
+	period := m.ttl / 3
+	go func() {
+		defer close(done)
+		t := m.clock.NewTimer(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C():
+				an.Renew(m.clock.Now().Add(m.ttl))
+				t.Reset(period)
+			}
+		}
+	}()
+}
+
+// include is the BGP announcement rule: a VIP is announced unless Serving
+// judged that it cannot serve.
+func (c *compiled) include(a *pb.VIPAssignment) bool {
+	v, judged := c.serving[a.GetVip()]
+	return !judged || v.Serving
+}
+
+// applyBGP reconciles the speaker, starting it for the first BGP VIP. It
+// returns the desired state it applied, errors and status problems.
+func (m *Manager) applyBGP(ctx context.Context, c *compiled, states []VIPState) (bgp.Desired, []error, []string) {
+	var errs []error
+	var problems []string
+	has := false
+	for _, v := range c.vips {
+		if v.asg.GetMode() == pb.VIPMode_VIP_MODE_BGP {
+			has = true
+		}
+	}
+	if !has && m.bgp == nil {
+		return bgp.Desired{}, nil, nil
+	}
+	id := m.opts.RouterID
+	if !id.IsValid() && has {
+		id = m.deriveRouterID(c)
+	}
+	d, ps := bgp.FromNode(c.node, id, c.include)
+	for _, p := range ps {
+		problems = append(problems, p.Error())
+	}
+	if d.LocalAS != 0 && !d.RouterID.Is4() {
+		errs = append(errs, errors.New("bgp: no router ID: the route towards the first IPv4 peer has no source address and no VIP sets bgp.router_id; set the agent's --router-id"))
+		d = bgp.Desired{}
+	}
+	if d.LocalAS != 0 && m.bgp == nil {
+		if err := m.startBGP(); err != nil {
+			m.bgpErr = err.Error()
+			return d, append(errs, err), problems
+		}
+	}
+	if m.bgp != nil {
+		if err := m.bgp.Reconcile(ctx, d); err != nil {
+			m.bgpErr = err.Error()
+			errs = append(errs, fmt.Errorf("bgp: %w", err))
+		} else {
+			m.bgpErr = ""
+			m.bgpDesired = d
+		}
+		m.writeMarker(d.LocalAS != 0)
+	}
+	routed := map[string]bool{}
+	for _, r := range m.bgpDesired.Routes {
+		routed[r.VIP] = true
+	}
+	for i, v := range c.vips {
+		if v.asg.GetMode() != pb.VIPMode_VIP_MODE_BGP {
+			continue
+		}
+		switch {
+		case !c.include(v.asg):
+			states[i].Reason = c.serving[v.asg.GetVip()].Reason
+		case routed[v.asg.GetVip()]:
+			states[i].Announced = true
+		case m.bgpErr != "":
+			states[i].Reason = "bgp: " + m.bgpErr
+		default:
+			states[i].Reason = "not announced: see the errors"
+		}
+	}
+	return d, errs, problems
+}
+
+// deriveRouterID returns the source address towards the first IPv4 peer
+// of a BGP VIP, computed once: a router ID that changed would restart the
+// speaker.
+func (m *Manager) deriveRouterID(c *compiled) netip.Addr {
+	if m.derivedID.IsValid() {
+		return m.derivedID
+	}
+	for _, v := range c.vips {
+		for _, p := range v.asg.GetBgp().GetPeers() {
+			a, err := netip.ParseAddr(p.GetAddress())
+			if err != nil || !a.Unmap().Is4() {
+				continue
+			}
+			src, err := m.routes.SourceFor(a.Unmap())
+			if err != nil || !src.Is4() {
+				m.log.Warn("cannot derive the BGP router ID from the route towards a peer", "peer", a, "error", err)
+				continue
+			}
+			m.derivedID = src
+			m.log.Info("bgp router ID from the route towards the first IPv4 peer", "router_id", src, "peer", a)
+			return src
+		}
+	}
+	return netip.Addr{}
+}
+
+func (m *Manager) markerPath() string {
+	if m.opts.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(m.opts.StateDir, RestartMarker)
+}
+
+// startBGP starts the speaker, restarting (graceful restart's R bit) when
+// the marker says a speaker ran before this process.
+func (m *Manager) startBGP() error {
+	restarting := false
+	if p := m.markerPath(); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			restarting = true
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("cannot read the bgp restart marker; starting without graceful restart's restarting bit", "file", p, "error", err)
+		}
+	}
+	sp, err := bgp.New(bgp.Options{
+		ListenPort:      m.opts.BGPListenPort,
+		GracefulRestart: bgp.GracefulRestart{Restarting: restarting},
+		ConnectRetry:    m.opts.BGPConnectRetry,
+		Logger:          m.log.With("component", "bgp"),
+	})
+	if err != nil {
+		return fmt.Errorf("bgp speaker: %w", err)
+	}
+	m.bgp, m.bgpRestarting = sp, restarting
+	m.log.Info("bgp speaker started", "restarting", restarting, "listen_port", m.opts.BGPListenPort)
+	return nil
+}
+
+// writeMarker records whether routes were left to graceful restart.
+func (m *Manager) writeMarker(running bool) {
+	p := m.markerPath()
+	if p == "" {
+		return
+	}
+	if !running {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("cannot remove the bgp restart marker", "file", p, "error", err)
+		}
+		return
+	}
+	if err := os.MkdirAll(m.opts.StateDir, 0o755); err != nil {
+		m.log.Warn("cannot write the bgp restart marker; the next start will not ask for graceful restart", "error", err)
+		return
+	}
+	if err := os.WriteFile(p, []byte(m.clock.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		m.log.Warn("cannot write the bgp restart marker; the next start will not ask for graceful restart", "error", err)
+	}
+}
+
+// applyBFD keeps one session per BGP peer of a VIP with BFD enabled. It
+// returns status problems: BFD never fails an apply.
+func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []string {
+	var problems []string
+	configured := map[netip.Addr]bool{}
+	for _, p := range d.Peers {
+		configured[p.Address] = true
+	}
+	want := map[netip.Addr]bfd.SessionConfig{}
+	for _, v := range c.vips {
+		if v.bfd == nil || v.asg.GetMode() != pb.VIPMode_VIP_MODE_BGP {
+			continue
+		}
+		for _, p := range v.asg.GetBgp().GetPeers() {
+			a, err := netip.ParseAddr(p.GetAddress())
+			if err != nil || !configured[a.Unmap()] {
+				continue
+			}
+			if _, ok := want[a.Unmap()]; !ok {
+				cfg := *v.bfd
+				cfg.Peer = a.Unmap()
+				want[a.Unmap()] = cfg
+			}
+		}
+	}
+	if len(want) > 0 && m.bfd == nil {
+		sp, err := bfd.NewSpeaker(bfd.Options{Logger: m.log.With("component", "bfd")})
+		if err != nil {
+			m.bfdErr = err.Error()
+			return append(problems, "bfd: "+err.Error()+"; BGP runs without BFD")
+		}
+		m.bfd, m.bfdErr = sp, ""
+		m.startBFDEvents(sp, m.bgp)
+	}
+	if m.bfd == nil {
+		return problems
+	}
+	for peer, cur := range m.bfdSessions {
+		w, ok := want[peer]
+		if ok && sameTimers(w, cur) {
+			continue
+		}
+		if err := m.bfd.RemoveSession(bfd.SessionKey{Peer: cur.Peer, Local: cur.Local, Interface: cur.Interface}); err != nil {
+			problems = append(problems, fmt.Sprintf("bfd peer %s: remove session: %v", peer, err))
+		}
+		delete(m.bfdSessions, peer)
+		if !ok {
+			m.enableAfterBFD(ctx, peer)
+		}
+	}
+	for _, peer := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		if _, ok := m.bfdSessions[peer]; ok {
+			continue
+		}
+		cfg := want[peer]
+		local, err := m.routes.SourceFor(peer)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("bfd peer %s: local address: %v", peer, err))
+			continue
+		}
+		cfg.Local = local
+		if _, err := m.bfd.AddSession(cfg); err != nil {
+			problems = append(problems, fmt.Sprintf("bfd peer %s: %v", peer, err))
+			continue
+		}
+		m.bfdSessions[peer] = cfg
+	}
+	return problems
+}
+
+func sameTimers(a, b bfd.SessionConfig) bool {
+	return a.DetectMultiplier == b.DetectMultiplier && a.DesiredMinTx == b.DesiredMinTx && a.RequiredMinRx == b.RequiredMinRx
+}
+
+// startBFDEvents shuts a BGP peer down when its BFD session fails and
+// enables it again when the session is Up.
+func (m *Manager) startBFDEvents(sp *bfd.Speaker, speaker *bgp.Speaker) {
+	ch, stop := sp.Subscribe()
+	done := make(chan struct{})
+	m.bfdStop, m.bfdDone = stop, done
+	go func() {
+		defer close(done)
+		for ev := range ch {
+			switch {
+			case ev.PathFailed():
+				m.log.Warn("bfd session failed: shutting the bgp peer down", "peer", ev.Peer, "diag", ev.Diag.String())
+				m.bfdMu.Lock()
+				m.bfdDown[ev.Peer] = true
+				m.bfdMu.Unlock()
+				if speaker != nil {
+					if err := speaker.SetPeerEnabled(context.Background(), ev.Peer, false, "BFD down"); err != nil {
+						m.log.Error("shut the bgp peer down after bfd failure", "peer", ev.Peer, "error", err)
+					}
+				}
+			case ev.To == bfd.StateUp:
+				m.enableAfterBFD(context.Background(), ev.Peer)
+			}
+		}
+	}()
+}
+
+// enableAfterBFD enables a peer BFD shut down.
+func (m *Manager) enableAfterBFD(ctx context.Context, peer netip.Addr) {
+	m.bfdMu.Lock()
+	down := m.bfdDown[peer]
+	delete(m.bfdDown, peer)
+	m.bfdMu.Unlock()
+	if !down || m.bgp == nil {
+		return
+	}
+	m.log.Info("bfd session up: enabling the bgp peer", "peer", peer)
+	if err := m.bgp.SetPeerEnabled(ctx, peer, true, ""); err != nil {
+		m.log.Error("enable the bgp peer after bfd came up", "peer", peer, "error", err)
+	}
+}
+
+// Close stops the lease renewal and the BFD speaker (its sessions go
+// AdminDown, which routers do not treat as a failure) and leaves the rest
+// to the end of the process: the BGP sessions close without a Cease
+// notification, so the routers keep this node's routes through graceful
+// restart, and the restart marker tells the next manager to ask for it.
+// The L2 responders stop with the process; the lease, no longer renewed,
+// ends at most the lease TTL later in any case.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	m.stopRenewal()
+	err := m.closeBFD()
+	if m.bgp != nil {
+		m.writeMarker(len(m.bgpDesired.Peers) > 0)
+	}
+	return err
+}
+
+// Withdraw takes the node out of the routing at once: BGP sessions end
+// with Cease (routers drop the routes), L2 announcements are released and
+// their addresses unbound, BFD sessions go AdminDown, and the restart
+// marker is removed.
+func (m *Manager) Withdraw() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.stopRenewal()
+	errs := []error{m.closeBFD()}
+	if m.bgp != nil {
+		errs = append(errs, m.bgp.Close())
+		m.bgp = nil
+		m.writeMarker(false)
+	}
+	if m.l2 != nil {
+		errs = append(errs, m.l2.Close())
+		m.l2 = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) stopRenewal() {
+	if m.renewStop != nil {
+		close(m.renewStop)
+		<-m.renewDone
+		m.renewStop = nil
+	}
+}
+
+func (m *Manager) closeBFD() error {
+	if m.bfd == nil {
+		return nil
+	}
+	err := m.bfd.Close()
+	m.bfdStop()
+	<-m.bfdDone
+	m.bfd = nil
+	m.bfdSessions = map[netip.Addr]bfd.SessionConfig{}
+	return err
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) l2.Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (t systemTimer) C() <-chan time.Time        { return t.t.C }
+func (t systemTimer) Stop() bool                 { return t.t.Stop() }
+func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
