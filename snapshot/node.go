@@ -3,8 +3,10 @@ package snapshot
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +49,15 @@ func (b *builder) buildNode() {
 				a.Role = pb.VIPRole_VIP_ROLE_ACTIVE
 			}
 			a.NodeAddresses = b.nodeAddresses(append([]string{asg.Active}, asg.Standbys...))
+			if v, ok := e.obj.Annotations[AnnotationL2Nodes]; ok && b.in.Decisions == nil {
+				// Checked by staticL2Nodes.
+				if _, addrs, err := parseL2Nodes(v); err == nil && len(addrs) > 0 {
+					if a.NodeAddresses == nil {
+						a.NodeAddresses = map[string]string{}
+					}
+					maps.Copy(a.NodeAddresses, addrs)
+				}
+			}
 		case v1alpha1.VIPModeBGP, v1alpha1.VIPModeOSPF:
 			a.Role = pb.VIPRole_VIP_ROLE_ANNOUNCE
 		}
@@ -103,15 +114,91 @@ func (b *builder) buildNode() {
 	slices.SortFunc(b.node.Vips, func(x, y *pb.VIPAssignment) int { return cmp.Compare(x.Vip, y.Vip) })
 }
 
+// AnnotationL2Nodes on an L2ARP ProxyVIP gives, in standalone mode only,
+// the static active node and ordered standbys of the VIP, comma-separated
+// ("node-a,node-b,node-c": node-a is active, node-b the first standby).
+// Standalone agents have no controller to choose them, and failover needs
+// every node of the VIP to agree on the order; each agent reads the same
+// files with its own --node-name. An entry may carry the node's address,
+// where the heartbeats go ("node-a=192.0.2.10"), because standalone files
+// usually have no Node objects (the InternalIP of a Node object in the
+// input is used for entries without one). A controller ignores the
+// annotation (it decides, and warns).
+const AnnotationL2Nodes = "novaedge.io/l2-nodes"
+
 // assignment returns who serves e, and whether this node does. Standalone
 // (no decisions): this node serves every VIP whose nodeSelector matches its
-// labels, alone.
+// labels, alone, unless an L2ARP VIP names its nodes (AnnotationL2Nodes).
 func (b *builder) assignment(e *vipEntry) (Assignment, bool) {
 	name := b.opts.Node.Name
+	static, hasStatic := e.obj.Annotations[AnnotationL2Nodes]
 	if d := b.in.Decisions; d != nil {
+		if hasStatic {
+			b.warnf(e.ref, annotationField(AnnotationL2Nodes), "ignored: the controller assigns the nodes of a VIP; the annotation is for standalone agents")
+		}
 		asg := d.Assignments[e.obj.Name]
 		return asg, asg.Active == name || slices.Contains(asg.Standbys, name) || slices.Contains(asg.Announcing, name)
 	}
+	if hasStatic {
+		return b.staticL2Nodes(e, static)
+	}
+	return b.assignmentIgnoringStatic(e)
+}
+
+// staticL2Nodes is the assignment AnnotationL2Nodes gives e in standalone
+// mode. The nodeSelector is not consulted: the list names the nodes.
+func (b *builder) staticL2Nodes(e *vipEntry, v string) (Assignment, bool) {
+	field := annotationField(AnnotationL2Nodes)
+	if e.obj.Spec.Mode != v1alpha1.VIPModeL2ARP {
+		b.warnf(e.ref, field, "ignored: only L2ARP VIPs have an active node and standbys (mode %s)", e.obj.Spec.Mode)
+		return b.assignmentIgnoringStatic(e)
+	}
+	nodes, _, err := parseL2Nodes(v)
+	if err != nil {
+		b.errorf(e.ref, field, "%v", err)
+		return Assignment{}, false
+	}
+	asg := Assignment{Active: nodes[0], Standbys: nodes[1:]}
+	if !slices.Contains(nodes, b.opts.Node.Name) {
+		b.warnf(e.ref, field, "does not name node %q; the VIP is not served here", b.opts.Node.Name)
+		return asg, false
+	}
+	return asg, true
+}
+
+// parseL2Nodes parses AnnotationL2Nodes: node names in order, and the
+// addresses some entries give.
+func parseL2Nodes(v string) ([]string, map[string]string, error) {
+	var nodes []string
+	var addrs map[string]string
+	for i, entry := range strings.Split(v, ",") {
+		n, a, hasAddr := strings.Cut(strings.TrimSpace(entry), "=")
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			return nil, nil, fmt.Errorf("entry %d has no node name; want node[=address] entries separated by commas, the active node first", i)
+		case slices.Contains(nodes, n):
+			return nil, nil, fmt.Errorf("node %q is named twice", n)
+		}
+		if hasAddr {
+			ip, err := netip.ParseAddr(strings.TrimSpace(a))
+			if err != nil || ip.Zone() != "" || !ip.IsGlobalUnicast() {
+				return nil, nil, fmt.Errorf("node %s: %q is not a unicast IP address", n, strings.TrimSpace(a))
+			}
+			if addrs == nil {
+				addrs = map[string]string{}
+			}
+			addrs[n] = ip.Unmap().String()
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, addrs, nil
+}
+
+// assignmentIgnoringStatic is the standalone assignment without
+// AnnotationL2Nodes.
+func (b *builder) assignmentIgnoringStatic(e *vipEntry) (Assignment, bool) {
+	name := b.opts.Node.Name
 	if sel := e.obj.Spec.NodeSelector; sel != nil {
 		s, err := metav1.LabelSelectorAsSelector(sel)
 		if err != nil {

@@ -77,6 +77,7 @@ type flags struct {
 	lineage       bool
 	routerID      string
 	l2LeaseTTL    time.Duration
+	l2Grace       time.Duration
 	bgpListenPort int32
 }
 
@@ -167,6 +168,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.BoolVar(&f.lineage, "maglev-lineage", false, "build each Maglev table from the installed one (removing 1 of N backends remaps only its 1/N of flows); tables then depend on this node's history, so leave it off when several nodes share a VIP through ECMP")
 	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
 	fl.StringVar(&f.routerID, "router-id", "", "this node's BGP router ID (an IPv4 address unique among the routers' peers); empty: the source address of the route towards the first IPv4 BGP peer")
+	fl.DurationVar(&f.l2Grace, "l2-failover-grace", 0, "how long a standby that took an L2 VIP over (heartbeats from the active lost) keeps it while its assignment still names the old active; 0: 15s with --controller (the controller then confirms or overrides the takeover), for good in standalone mode (nothing else can)")
 	fl.DurationVar(&f.l2LeaseTTL, "l2-lease-ttl", manager.DefaultL2LeaseTTL, "how long the node answers ARP/NDP for its L2ARP VIPs after the agent last renewed its lease (renewed every third of it): a hung agent stops answering after this")
 	fl.Int32Var(&f.bgpListenPort, "bgp-listen-port", 0, "TCP port on which the BGP speaker accepts sessions; 0: none, the node opens every session itself and port 179 stays free")
 	return cmd
@@ -209,6 +211,9 @@ func (f *flags) check() error {
 			return usageErr{fmt.Errorf("--router-id %q: must be an IPv4 address", f.routerID)}
 		}
 	}
+	if f.l2Grace < 0 {
+		return usageErr{fmt.Errorf("--l2-failover-grace %v: must not be negative", f.l2Grace)}
+	}
 	if f.l2LeaseTTL <= 0 {
 		return usageErr{fmt.Errorf("--l2-lease-ttl %v: must be positive", f.l2LeaseTTL)}
 	}
@@ -226,13 +231,27 @@ func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manage
 		id, _ = netip.ParseAddr(f.routerID) // checked by check
 	}
 	return manager.New(manager.Options{
-		Logger:        log.With("component", "vip"),
-		RouterID:      id,
-		L2LeaseTTL:    f.l2LeaseTTL,
-		BGPListenPort: f.bgpListenPort,
-		StateDir:      f.stateDir,
-		Registry:      reg,
+		Logger:          log.With("component", "vip"),
+		RouterID:        id,
+		L2LeaseTTL:      f.l2LeaseTTL,
+		L2FailoverGrace: f.l2FailoverGrace(),
+		BGPListenPort:   f.bgpListenPort,
+		StateDir:        f.stateDir,
+		Registry:        reg,
 	})
+}
+
+// l2FailoverGrace is --l2-failover-grace with its mode-dependent default:
+// without a controller no later assignment can confirm a takeover, so a
+// standby that took over keeps the VIP until the active's heartbeats return.
+func (f *flags) l2FailoverGrace() time.Duration {
+	switch {
+	case f.l2Grace != 0:
+		return f.l2Grace
+	case f.controller == "":
+		return -1
+	}
+	return 0 // the manager's default
 }
 
 // parsePortRange parses "lo-hi" (inclusive, 1 ≤ lo ≤ hi ≤ 65535).

@@ -53,6 +53,7 @@ func TestUsage(t *testing.T) {
 		{"router id not IPv4", []string{"--standalone", "--router-id", "fd00::1"}, 2, "", `--router-id "fd00::1": must be an IPv4 address`},
 		{"router id not an address", []string{"--standalone", "--router-id", "node-a"}, 2, "", `--router-id "node-a": must be an IPv4 address`},
 		{"zero l2 lease", []string{"--standalone", "--l2-lease-ttl", "0s"}, 2, "", "--l2-lease-ttl 0s: must be positive"},
+		{"negative failover grace", []string{"--standalone", "--l2-failover-grace", "-1s"}, 2, "", "--l2-failover-grace -1s: must not be negative"},
 		{"bgp port out of range", []string{"--standalone", "--bgp-listen-port", "70000"}, 2, "", "--bgp-listen-port 70000: must be 0-65535"},
 		{"unknown flag", []string{"--nope"}, 2, "", "unknown flag: --nope"},
 		{"argument", []string{"--standalone", "file.yaml"}, 2, "", "unknown command"},

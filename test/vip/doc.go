@@ -11,7 +11,14 @@
 // agent refreshes it. A second run enables BFD on the BGP VIP with FRR's
 // bfdd as the peer and checks that the agent's session comes Up.
 //
-// The test needs root, iproute2 and FRR; it fails, never skips, saying what
+// TestL2Failover runs two agents (node-a active, node-b standby, from the
+// novaedge.io/l2-nodes annotation) and a client on one bridged segment and
+// checks, with raw-socket ARP requests from the client, that exactly one
+// MAC answers for the VIP: node-a's when all is well, node-b's when
+// node-a's BFD heartbeats are dropped (nftables) and after node-a's agent
+// is killed, and node-a's when node-b's heartbeats are dropped.
+//
+// The tests need root, iproute2, nftables and FRR; it fails, never skips, saying what
 // to install. Everything is cleaned up by test/frr (namespaces, daemons) and
 // by the test (the agent processes, by pid).
 package vip

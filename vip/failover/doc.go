@@ -39,7 +39,11 @@
 // period longer than the agents' Lease duration: if the active had died,
 // the controller has promoted the standby by then (the new assignment names
 // it active); if the assignment still names the old active, the controller
-// still hears that agent, and the standby yields. A cut in both directions
+// still hears that agent, and the standby yields; an active that yielded
+// because its first standby said it lost it takes the VIP back once as
+// long (a lasting one-way loss must not leave nobody answering; the
+// standby's grace starts first, when it stopped hearing the active, so it
+// yields before the active reclaims). A cut in both directions
 // between the two nodes thus has both answer for at most the grace period;
 // avoiding that needs a quorum the two nodes do not have.
 package failover

@@ -47,7 +47,8 @@ type Peer struct {
 	State PeerState
 	// UpSince is when the session last came Up (zero unless Up).
 	UpSince time.Time
-	// LostSince is when this node stopped hearing it (zero unless Lost).
+	// LostSince is when this node stopped hearing it (Lost), or when it
+	// said it stopped hearing this node (SaysLost); zero otherwise.
 	LostSince time.Time
 }
 
@@ -85,6 +86,11 @@ func Decide(self string, a Assignment, peers map[string]Peer, now time.Time, tm 
 		first := a.Standbys[0]
 		p := state(first)
 		switch {
+		case p.State == SaysLost && tm.Grace > 0 && !p.LostSince.IsZero() && now.Sub(p.LostSince) >= tm.Grace:
+			// The standby yields at the end of its grace (the assignment
+			// still names us), so the active must take the VIP back then,
+			// or a lasting one-way loss leaves nobody answering.
+			return Decision{true, fmt.Sprintf("active: standby %s lost our heartbeats %s ago, but its grace is over and the assignment still names us", first, now.Sub(p.LostSince).Round(time.Millisecond))}
 		case p.State == SaysLost:
 			return Decision{false, fmt.Sprintf("active, but standby %s lost our heartbeats and takes over", first)}
 		case p.State == Up && now.Sub(p.UpSince) < holdDown:

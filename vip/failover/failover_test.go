@@ -36,6 +36,8 @@ func TestDecide(t *testing.T) {
 		{"active alone", "a", Assignment{Active: "a"}, nil, true, "no standby"},
 		{"not assigned", "z", a, nil, false, "not assigned"},
 		{"first standby within the grace", "b", a, map[string]Peer{"a": {State: Lost, LostSince: t0.Add(-11 * time.Second)}}, true, "standby took over"},
+		{"active within the standby's grace", "a", a, map[string]Peer{"b": {State: SaysLost, LostSince: t0.Add(-11 * time.Second)}, "c": up}, false, "standby b lost our heartbeats"},
+		{"active after the standby's grace: reclaims", "a", a, map[string]Peer{"b": {State: SaysLost, LostSince: t0.Add(-12 * time.Second)}, "c": up}, true, "its grace is over"},
 		{"first standby after the grace: the controller still names the active", "b", a, map[string]Peer{"a": {State: Lost, LostSince: t0.Add(-12 * time.Second)}}, false, "only the path between us failed"},
 	}
 	for _, tt := range tests {
@@ -63,6 +65,8 @@ func TestOneNodeServes(t *testing.T) {
 		{"healthy", up, up},
 		{"a's packets stop reaching b", Peer{State: SaysLost}, Peer{State: Lost}},
 		{"b's packets stop reaching a", Peer{State: Lost}, Peer{State: SaysLost}},
+		{"a's packets stop reaching b, after the grace", Peer{State: SaysLost, LostSince: t0.Add(-time.Minute)}, Peer{State: Lost, LostSince: t0.Add(-time.Minute)}},
+		{"b's packets stop reaching a, after the grace", Peer{State: Lost, LostSince: t0.Add(-time.Minute)}, Peer{State: SaysLost, LostSince: t0.Add(-time.Minute)}},
 		{"both directions cut, after the grace", Peer{State: Lost, LostSince: t0.Add(-time.Minute)}, Peer{State: Lost, LostSince: t0.Add(-time.Minute)}},
 		{"starting", Peer{}, Peer{}},
 	}

@@ -3,7 +3,9 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +29,8 @@ type vipPlan struct {
 	addrs []netip.Addr
 	// bfd holds the session timers of a VIP with BFD enabled; nil without.
 	bfd *bfd.SessionConfig
+	// nodes are the heartbeat addresses of an L2ARP VIP's nodes, by name.
+	nodes map[string]netip.Addr
 }
 
 // compile checks the node part of snap. Local assignments belong to the
@@ -79,6 +83,26 @@ func compile(snap *pb.ConfigSnapshot) (*compiled, error) {
 			if r := a.GetRole(); r != pb.VIPRole_VIP_ROLE_ACTIVE && r != pb.VIPRole_VIP_ROLE_STANDBY {
 				bad(name, "role", "%s is not a role of an L2ARP VIP (ACTIVE or STANDBY)", r)
 			}
+			for _, n := range slices.Sorted(maps.Keys(a.GetNodeAddresses())) {
+				s := a.GetNodeAddresses()[n]
+				addr, err := netip.ParseAddr(s)
+				if err != nil || addr.Zone() != "" || !addr.Unmap().IsGlobalUnicast() {
+					bad(name, fmt.Sprintf("node_addresses[%s]", n), "%q is not a unicast IP address", s)
+					continue
+				}
+				if v.nodes == nil {
+					v.nodes = map[string]netip.Addr{}
+				}
+				v.nodes[n] = addr.Unmap()
+			}
+			if b := a.GetBfd(); b.GetEnabled() {
+				cfg, err := sessionTimers(b)
+				if err != nil {
+					bad(name, "bfd", "%v", err)
+				} else {
+					v.bfd = &cfg
+				}
+			}
 		case pb.VIPMode_VIP_MODE_BGP:
 			if a.GetRole() != pb.VIPRole_VIP_ROLE_ANNOUNCE {
 				bad(name, "role", "%s is not a role of a BGP VIP (ANNOUNCE)", a.GetRole())
@@ -97,9 +121,6 @@ func compile(snap *pb.ConfigSnapshot) (*compiled, error) {
 			}
 		case pb.VIPMode_VIP_MODE_OSPF:
 			warn(name, "mode", "OSPF announcement is not supported by this agent yet; the VIP is not announced")
-		}
-		if a.GetBfd().GetEnabled() && a.GetMode() == pb.VIPMode_VIP_MODE_L2ARP {
-			warn(name, "bfd", "BFD heartbeats between L2ARP nodes are not implemented yet; ignored")
 		}
 		c.vips = append(c.vips, v)
 	}

@@ -8,24 +8,41 @@
 // that must agree between VIPs, BFD timers) and rejects the snapshot with
 // an error naming the VIP and field; Apply reconciles:
 //
-//   - L2ARP: a VIP whose role is ACTIVE is announced on its interfaces
-//     (default: the interface of the main-table route towards the VIP, that
-//     is the route of its subnet, else the default route's); STANDBY or
-//     absent is released. The announcer's lease is renewed every TTL/3
-//     ([Options.L2LeaseTTL], 3 s by default) by a goroutine that runs while
-//     the manager lives. A hung agent therefore stops answering ARP/NDP for
-//     its VIPs at most TTL after its last renewal, and a killed one at once
-//     (its sockets die). Heartbeats between the active and standby nodes
-//     and failover are not done yet: a STANDBY never takes over.
+//   - L2ARP: package failover decides whether this node answers for the
+//     VIP (Decide with the assignment's active node and ordered standbys);
+//     a VIP this node serves is announced on its interfaces (default: the
+//     interface of the main-table route towards the VIP, that is the route
+//     of its subnet, else the default route's), the others are released.
+//     Heartbeats: when the assignment has standbys and node_addresses holds
+//     this node's address, one BFD session runs from that address to every
+//     other node of the VIP (one per peer address, shared by VIPs), with
+//     the VIP's BFD timers when BFD is enabled on it, else 3 × 300 ms.
+//     Each session's changes become what this node knows of the peer: Up;
+//     Lost (our detection time expired, or the peer went AdminDown because
+//     its agent stops); SaysLost (the peer signalled neighbour down); else
+//     Unknown. Every L2 VIP is decided again on each change, on each
+//     snapshot and when a hold-down (the detection time) or the grace
+//     ([Options.L2FailoverGrace]) ends. The active waits up to a few
+//     seconds after its session to the first standby was added before it
+//     answers, unless the session comes Up first (then it waits the
+//     hold-down): a restarted active must not answer next to a standby that
+//     took over. The status gives each VIP's decision and its reason.
+//     The answer lease is renewed every TTL/3 ([Options.L2LeaseTTL], 3 s by
+//     default), only while this node serves some L2 VIP. A hung agent
+//     therefore stops answering ARP/NDP for its VIPs at most TTL after its
+//     last renewal, and a killed one at once (its sockets die), which is
+//     what lets its standby take over after the detection time.
 //   - BGP: one speaker per node, started when the first BGP assignment
 //     arrives. It announces the BGP VIPs that [Serving] accepts: a VIP is
 //     withdrawn when it has plan entries and none of them can reach a
 //     HEALTHY endpoint (see [Serving] for the exact rule).
-//   - BFD: one session per BGP peer of a VIP with BFD enabled, with the
+//   - BFD: one speaker per node for BGP peers and L2 heartbeats alike;
+//     one session per BGP peer of a VIP with BFD enabled, with the
 //     VIP's timers; a session that fails (Up to Down, not AdminDown) shuts
 //     the peer down ("BFD down") and enables it again when it is Up. The
 //     Go speaker does not run where another one (FRR's bfdd) holds UDP
-//     port 3784: that is reported in the status, and BGP runs without BFD.
+//     port 3784: that is reported in the status, and BGP runs without BFD
+//     and L2 VIPs without heartbeats (the assignment alone decides).
 //   - OSPF: not supported yet; OSPF assignments are reported as such.
 //   - Local: bound by the agent's LocalVIPs applier, not here.
 //

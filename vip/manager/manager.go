@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/vip/bfd"
 	"github.com/novaedge/novaedge/vip/bgp"
+	"github.com/novaedge/novaedge/vip/failover"
 	"github.com/novaedge/novaedge/vip/l2"
 )
 
@@ -56,7 +58,16 @@ type Options struct {
 	StateDir string
 	// Registry receives the manager's metrics. Nil: none.
 	Registry prometheus.Registerer
-	// Clock drives the lease. Nil: the system clock.
+	// L2FailoverGrace is how long a standby that took over an L2 VIP keeps
+	// it while the assignment still names the active it lost (and how long
+	// an active that yielded to it waits before it takes the VIP back):
+	// see package failover. Longer than the agents' Lease duration. Zero
+	// means DefaultL2FailoverGrace; negative means no grace, a takeover
+	// lasts until the heartbeats recover, which suits standalone agents
+	// (no controller ever promotes the standby there).
+	L2FailoverGrace time.Duration
+	// Clock drives the lease and the failover timing. Nil: the system
+	// clock.
 	Clock l2.Clock
 }
 
@@ -68,14 +79,31 @@ type Manager struct {
 	ttl    time.Duration
 	routes routes
 
-	// mu serialises Apply, Close, Withdraw and State.
+	grace time.Duration
+
+	// mu serialises Apply, Close, Withdraw, State and the failover loop.
 	mu        sync.Mutex
 	closed    bool
 	l2        *l2.Announcer
 	renewStop chan struct{}
 	renewDone chan struct{}
+	// serving says that some L2 VIP is decided to be served here: only
+	// then is the answer lease renewed.
+	serving atomic.Bool
 
-	bgp           *bgp.Speaker
+	// self is this node's name; l2Plans the L2ARP VIPs of the last apply;
+	// decisions whether each was served at the last decision (to log
+	// changes).
+	self      string
+	l2Plans   []l2Plan
+	decisions map[string]bool
+	foWake    chan struct{}
+	foStop    chan struct{}
+	foDone    chan struct{}
+
+	bgp *bgp.Speaker
+	// bgpRef is bgp for the BFD event goroutine, which must not take mu.
+	bgpRef        atomic.Pointer[bgp.Speaker]
 	bgpRestarting bool
 	bgpDesired    bgp.Desired
 	bgpErr        string
@@ -87,9 +115,15 @@ type Manager struct {
 	bfdStop     func()
 	bfdDone     chan struct{}
 	// bfdMu guards bfdDown, the peers BFD shut down, written by the event
-	// goroutine.
-	bfdMu   sync.Mutex
-	bfdDown map[netip.Addr]bool
+	// goroutine; bgpPeers and hbPeers, the sessions' purposes (BGP peer,
+	// L2 heartbeat); and hb, the heartbeat state of each L2 peer.
+	bfdMu    sync.Mutex
+	bfdDown  map[netip.Addr]bool
+	bgpPeers map[netip.Addr]bool
+	hbPeers  map[netip.Addr]bool
+	hb       map[netip.Addr]failover.Peer
+	// hbAdded is when each heartbeat session was added.
+	hbAdded map[netip.Addr]time.Time
 
 	vips     []VIPState
 	problems []string
@@ -117,6 +151,16 @@ func New(opts Options) (*Manager, error) {
 		routes:      hostRoutes{},
 		bfdSessions: map[netip.Addr]bfd.SessionConfig{},
 		bfdDown:     map[netip.Addr]bool{},
+		bgpPeers:    map[netip.Addr]bool{},
+		hbPeers:     map[netip.Addr]bool{},
+		hb:          map[netip.Addr]failover.Peer{},
+		hbAdded:     map[netip.Addr]time.Time{},
+		decisions:   map[string]bool{},
+		foWake:      make(chan struct{}, 1),
+		grace:       opts.L2FailoverGrace,
+	}
+	if m.grace == 0 {
+		m.grace = DefaultL2FailoverGrace
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -169,104 +213,30 @@ func (m *Manager) apply(ctx context.Context, c *compiled) error {
 			Interfaces: slices.Clone(a.GetInterfaces()), BFD: a.GetBfd().GetEnabled(),
 		})
 	}
-	errs = append(errs, m.applyL2(c, states)...)
+	plans, l2Errs := m.planL2(c, states)
+	errs = append(errs, l2Errs...)
 	d, bgpErrs, bgpProblems := m.applyBGP(ctx, c, states)
 	errs = append(errs, bgpErrs...)
 	problems = append(problems, bgpProblems...)
-	problems = append(problems, m.applyBFD(ctx, c, d)...)
 	for i, v := range c.vips {
 		if v.asg.GetMode() == pb.VIPMode_VIP_MODE_OSPF {
 			states[i].Reason = "OSPF is not supported by this agent yet"
 		}
 	}
-	m.vips, m.problems = states, problems
+	m.self, m.l2Plans, m.vips = c.node.GetNodeName(), plans, states
+	problems = append(problems, m.applyBFD(ctx, c, d)...)
+	errs = append(errs, m.reconcileL2()...)
+	if len(plans) > 0 {
+		// The loop re-decides on heartbeat changes and at the end of
+		// hold-downs and graces; a new snapshot may move those.
+		m.startFailover()
+		m.wakeFailover()
+	}
+	m.problems = problems
 	for _, p := range problems {
 		m.log.Warn("vip announcement", "problem", p)
 	}
 	return errors.Join(errs...)
-}
-
-// applyL2 announces the active L2ARP VIPs and releases the others.
-func (m *Manager) applyL2(c *compiled, states []VIPState) []error {
-	var errs []error
-	want := map[l2.Announcement]int{} // → index in states
-	for i, v := range c.vips {
-		a := v.asg
-		if a.GetMode() != pb.VIPMode_VIP_MODE_L2ARP {
-			continue
-		}
-		if a.GetRole() != pb.VIPRole_VIP_ROLE_ACTIVE {
-			states[i].Reason = "standby: heartbeats and failover are not implemented yet, so a standby never takes over"
-			continue
-		}
-		ifaces := a.GetInterfaces()
-		if len(ifaces) == 0 {
-			for _, addr := range v.addrs {
-				ifc, err := m.routes.InterfaceFor(addr)
-				if err != nil {
-					err = fmt.Errorf("vip %s: interfaces: %w", a.GetVip(), err)
-					errs = append(errs, err)
-					states[i].Reason = err.Error()
-					continue
-				}
-				if !slices.Contains(ifaces, ifc) {
-					ifaces = append(ifaces, ifc)
-				}
-			}
-			states[i].Interfaces = ifaces
-		}
-		for _, ifc := range ifaces {
-			for _, addr := range v.addrs {
-				want[l2.Announcement{Interface: ifc, Addr: addr}] = i
-			}
-		}
-	}
-	if len(want) > 0 && m.l2 == nil {
-		o := m.opts.L2
-		if o.Logger == nil {
-			o.Logger = m.log.With("component", "l2")
-		}
-		if o.Clock == nil {
-			o.Clock = m.clock
-		}
-		an, err := l2.New(o)
-		if err != nil {
-			return append(errs, fmt.Errorf("l2 announcer: %w", err))
-		}
-		m.l2 = an
-		m.startRenewal()
-	}
-	if m.l2 == nil {
-		return errs
-	}
-	// Renewing here too: Announce needs a fresh lease, and a manager that
-	// applies a snapshot where it is active is alive.
-	m.l2.Renew(m.clock.Now().Add(m.ttl))
-	for _, a := range m.l2.Active() {
-		if _, ok := want[a]; ok {
-			continue
-		}
-		if err := m.l2.Release(a.Interface, a.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("release %s: %w", a, err))
-		}
-	}
-	announced := map[int]bool{}
-	failed := map[int]bool{}
-	for _, a := range slices.SortedFunc(maps.Keys(want), compareAnnouncement) {
-		i := want[a]
-		if err := m.l2.Announce(a.Interface, a.Addr); err != nil {
-			err = fmt.Errorf("vip %s: %w", states[i].VIP, err)
-			errs = append(errs, err)
-			states[i].Reason = err.Error()
-			failed[i] = true
-			continue
-		}
-		announced[i] = true
-	}
-	for i := range announced {
-		states[i].Announced = !failed[i] && states[i].Reason == ""
-	}
-	return errs
 }
 
 func compareAnnouncement(x, y l2.Announcement) int {
@@ -293,7 +263,11 @@ func (m *Manager) startRenewal() {
 			case <-stop:
 				return
 			case <-t.C():
-				an.Renew(m.clock.Now().Add(m.ttl))
+				// Only while serving: a lease is a promise that this node
+				// answers for its VIPs.
+				if m.serving.Load() {
+					an.Renew(m.clock.Now().Add(m.ttl))
+				}
 				t.Reset(period)
 			}
 		}
@@ -425,6 +399,7 @@ func (m *Manager) startBGP() error {
 		return fmt.Errorf("bgp speaker: %w", err)
 	}
 	m.bgp, m.bgpRestarting = sp, restarting
+	m.bgpRef.Store(sp)
 	m.log.Info("bgp speaker started", "restarting", restarting, "listen_port", m.opts.BGPListenPort)
 	return nil
 }
@@ -450,8 +425,10 @@ func (m *Manager) writeMarker(running bool) {
 	}
 }
 
-// applyBFD keeps one session per BGP peer of a VIP with BFD enabled. It
-// returns status problems: BFD never fails an apply.
+// applyBFD keeps one session per BGP peer of a VIP with BFD enabled and
+// one per other node of an L2 VIP with heartbeats (shared by VIPs: a peer
+// has one session, BGP's timers first). It returns status problems: BFD
+// never fails an apply.
 func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []string {
 	var problems []string
 	configured := map[netip.Addr]bool{}
@@ -459,6 +436,7 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 		configured[p.Address] = true
 	}
 	want := map[netip.Addr]bfd.SessionConfig{}
+	bgpPeers := map[netip.Addr]bool{}
 	for _, v := range c.vips {
 		if v.bfd == nil || v.asg.GetMode() != pb.VIPMode_VIP_MODE_BGP {
 			continue
@@ -472,24 +450,47 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 				cfg := *v.bfd
 				cfg.Peer = a.Unmap()
 				want[a.Unmap()] = cfg
+				bgpPeers[a.Unmap()] = true
 			}
 		}
 	}
+	hbWant, _, hbProblems := m.heartbeatSessions()
+	problems = append(problems, hbProblems...)
+	hbPeers := map[netip.Addr]bool{}
+	for peer, cfg := range hbWant {
+		hbPeers[peer] = true
+		if _, ok := want[peer]; !ok {
+			want[peer] = cfg
+		}
+	}
+	m.bfdMu.Lock()
+	m.bgpPeers, m.hbPeers = bgpPeers, hbPeers
+	for peer := range m.hb {
+		if !hbPeers[peer] {
+			delete(m.hb, peer)
+		}
+	}
+	for peer := range m.hbAdded {
+		if !hbPeers[peer] {
+			delete(m.hbAdded, peer)
+		}
+	}
+	m.bfdMu.Unlock()
 	if len(want) > 0 && m.bfd == nil {
 		sp, err := bfd.NewSpeaker(bfd.Options{Logger: m.log.With("component", "bfd")})
 		if err != nil {
 			m.bfdErr = err.Error()
-			return append(problems, "bfd: "+err.Error()+"; BGP runs without BFD")
+			return append(problems, "bfd: "+err.Error()+"; BGP runs without BFD, and L2 VIPs without heartbeats (the assignment alone decides)")
 		}
 		m.bfd, m.bfdErr = sp, ""
-		m.startBFDEvents(sp, m.bgp)
+		m.startBFDEvents(sp)
 	}
 	if m.bfd == nil {
 		return problems
 	}
 	for peer, cur := range m.bfdSessions {
 		w, ok := want[peer]
-		if ok && sameTimers(w, cur) {
+		if ok && sameTimers(w, cur) && (!w.Local.IsValid() || w.Local == cur.Local) {
 			continue
 		}
 		if err := m.bfd.RemoveSession(bfd.SessionKey{Peer: cur.Peer, Local: cur.Local, Interface: cur.Interface}); err != nil {
@@ -505,17 +506,24 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 			continue
 		}
 		cfg := want[peer]
-		local, err := m.routes.SourceFor(peer)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("bfd peer %s: local address: %v", peer, err))
-			continue
+		if !cfg.Local.IsValid() {
+			local, err := m.routes.SourceFor(peer)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("bfd peer %s: local address: %v", peer, err))
+				continue
+			}
+			cfg.Local = local
 		}
-		cfg.Local = local
 		if _, err := m.bfd.AddSession(cfg); err != nil {
 			problems = append(problems, fmt.Sprintf("bfd peer %s: %v", peer, err))
 			continue
 		}
 		m.bfdSessions[peer] = cfg
+		if hbPeers[peer] {
+			m.bfdMu.Lock()
+			m.hbAdded[peer] = m.clock.Now()
+			m.bfdMu.Unlock()
+		}
 	}
 	return problems
 }
@@ -524,22 +532,40 @@ func sameTimers(a, b bfd.SessionConfig) bool {
 	return a.DetectMultiplier == b.DetectMultiplier && a.DesiredMinTx == b.DesiredMinTx && a.RequiredMinRx == b.RequiredMinRx
 }
 
-// startBFDEvents shuts a BGP peer down when its BFD session fails and
-// enables it again when the session is Up.
-func (m *Manager) startBFDEvents(sp *bfd.Speaker, speaker *bgp.Speaker) {
+// startBFDEvents keeps the heartbeat state of L2 peers (and wakes the
+// failover loop), shuts a BGP peer down when its BFD session fails and
+// enables it again when the session is Up. It never takes mu: closeBFD
+// waits for it with mu held.
+func (m *Manager) startBFDEvents(sp *bfd.Speaker) {
 	ch, stop := sp.Subscribe()
 	done := make(chan struct{})
 	m.bfdStop, m.bfdDone = stop, done
 	go func() {
 		defer close(done)
 		for ev := range ch {
+			m.bfdMu.Lock()
+			isBGP, isHB := m.bgpPeers[ev.Peer], m.hbPeers[ev.Peer]
+			if isHB {
+				prev := m.hb[ev.Peer]
+				m.hb[ev.Peer] = heartbeat(prev, ev, m.hbAdded[ev.Peer].Add(heartbeatStartup))
+				if m.hb[ev.Peer].State != prev.State {
+					m.log.Info("l2 heartbeat", "peer", ev.Peer, "state", m.hb[ev.Peer].State.String(), "bfd", ev.To.String(), "diag", ev.Diag.String())
+				}
+			}
+			m.bfdMu.Unlock()
+			if isHB {
+				m.wakeFailover()
+			}
+			if !isBGP {
+				continue
+			}
 			switch {
 			case ev.PathFailed():
 				m.log.Warn("bfd session failed: shutting the bgp peer down", "peer", ev.Peer, "diag", ev.Diag.String())
 				m.bfdMu.Lock()
 				m.bfdDown[ev.Peer] = true
 				m.bfdMu.Unlock()
-				if speaker != nil {
+				if speaker := m.bgpRef.Load(); speaker != nil {
 					if err := speaker.SetPeerEnabled(context.Background(), ev.Peer, false, "BFD down"); err != nil {
 						m.log.Error("shut the bgp peer down after bfd failure", "peer", ev.Peer, "error", err)
 					}
@@ -557,11 +583,12 @@ func (m *Manager) enableAfterBFD(ctx context.Context, peer netip.Addr) {
 	down := m.bfdDown[peer]
 	delete(m.bfdDown, peer)
 	m.bfdMu.Unlock()
-	if !down || m.bgp == nil {
+	speaker := m.bgpRef.Load()
+	if !down || speaker == nil {
 		return
 	}
 	m.log.Info("bfd session up: enabling the bgp peer", "peer", peer)
-	if err := m.bgp.SetPeerEnabled(ctx, peer, true, ""); err != nil {
+	if err := speaker.SetPeerEnabled(ctx, peer, true, ""); err != nil {
 		m.log.Error("enable the bgp peer after bfd came up", "peer", peer, "error", err)
 	}
 }
@@ -574,6 +601,8 @@ func (m *Manager) enableAfterBFD(ctx context.Context, peer netip.Addr) {
 // The L2 responders stop with the process; the lease, no longer renewed,
 // ends at most the lease TTL later in any case.
 func (m *Manager) Close() error {
+	// After mu is released: the failover loop takes it.
+	defer m.stopFailover()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -593,6 +622,8 @@ func (m *Manager) Close() error {
 // their addresses unbound, BFD sessions go AdminDown, and the restart
 // marker is removed.
 func (m *Manager) Withdraw() error {
+	// After mu is released: the failover loop takes it.
+	defer m.stopFailover()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
@@ -601,6 +632,7 @@ func (m *Manager) Withdraw() error {
 	if m.bgp != nil {
 		errs = append(errs, m.bgp.Close())
 		m.bgp = nil
+		m.bgpRef.Store(nil)
 		m.writeMarker(false)
 	}
 	if m.l2 != nil {

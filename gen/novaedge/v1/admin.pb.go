@@ -711,7 +711,8 @@ type VIPAnnouncementStatus struct {
 	// Announced is true when this node claims the VIP (L2ARP active) or
 	// advertises its routes (BGP).
 	Announced bool `protobuf:"varint,6,opt,name=announced,proto3" json:"announced,omitempty"`
-	// Reason the VIP is not announced, when it is not.
+	// Reason the VIP is or is not announced: why it is not, and for an L2ARP
+	// VIP with heartbeats the failover decision ("standby took over: …").
 	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	Bfd           bool   `protobuf:"varint,8,opt,name=bfd,proto3" json:"bfd,omitempty"`
 	unknownFields protoimpl.UnknownFields
