@@ -715,7 +715,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			nat_touch(be, cfg, nat_port, p->key.proto, now);
 	} else {
 		count(FP_C_CT_MISS);
-		hash = flow_hash(&p->key);
+		hash = pick_hash(vip, &p->key);
 		bid = maglev_pick(vip->id, hash);
 		be = bid ? bpf_map_lookup_elem(&fp_backends, &bid) : 0;
 		if (!be || !(be->flags & FP_BACKEND_ACTIVE)) {
@@ -857,7 +857,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 		bid = ct->backend_id;
 		hash = ct->hash;
 	} else {
-		hash = flow_hash(&q.key);
+		hash = pick_hash(vip, &q.key);
 		bid = maglev_pick(vip->id, hash);
 	}
 	be = bpf_map_lookup_elem(&fp_backends, &bid);

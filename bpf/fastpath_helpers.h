@@ -143,6 +143,33 @@ static __always_inline __u32 flow_hash(const struct flow_key *k)
 	return h;
 }
 
+/* client_hash hashes the source address alone (FP_VIP_AFFINITY_CLIENT). */
+static __always_inline __u32 client_hash(const struct flow_key *k)
+{
+	const __u32 *s = (const __u32 *)k->src;
+	__u32 h = FLOW_HASH_SEED;
+
+	h = hash_mix(h, s[0]);
+	h = hash_mix(h, s[1]);
+	h = hash_mix(h, s[2]);
+	h = hash_mix(h, s[3]);
+	h ^= 16;
+	h ^= h >> 16;
+	h *= 0x85ebca6bU;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35U;
+	h ^= h >> 16;
+	return h;
+}
+
+/* pick_hash is the hash that places a new flow of vip. */
+static __always_inline __u32 pick_hash(const struct vip_info *vip, const struct flow_key *k)
+{
+	if (vip->flags & FP_VIP_AFFINITY_CLIENT)
+		return client_hash(k);
+	return flow_hash(k);
+}
+
 /*
  * parse_l4 reads ports and flags of the L4 header at off. An ICMP header is
  * read too (type and code), for echo and error handling. end is where the IP

@@ -46,6 +46,13 @@ enum fp_forward {
 enum fp_vip_flags {
 	/* Answer ICMP / ICMPv6 echo requests to the address (address entries). */
 	FP_VIP_ECHO = 1 << 0,
+	/*
+	 * Session affinity on the client address (a Service's sessionAffinity
+	 * ClientIP): new flows are placed by the source address alone, so
+	 * every connection of a client reaches the same backend while the
+	 * backends do not change.
+	 */
+	FP_VIP_AFFINITY_CLIENT = 1 << 1,
 };
 
 /*

@@ -78,6 +78,12 @@ type VIP struct {
 	Forward Forward
 	// GUEPort is the UDP port of ForwardDSRGUE; 0 means 6080.
 	GUEPort uint16
+	// ClientAffinity places new flows by the client's address alone
+	// (sessionAffinity ClientIP) instead of the whole 5-tuple: every
+	// connection of a client reaches the same backend while the backends do
+	// not change. There is no timeout: the placement lasts as long as the
+	// Maglev table.
+	ClientAffinity bool
 	// Backends of a fast entry; ignored for ForwardPass.
 	Backends []Backend
 }

@@ -74,8 +74,10 @@ type VIPInfo struct {
 	Forward  string `json:"forward"`
 	GUEPort  uint16 `json:"guePort,omitempty"`
 	Echo     bool   `json:"echo,omitempty"`
-	Packets  uint64 `json:"packets"`
-	Bytes    uint64 `json:"bytes"`
+	// ClientAffinity: new flows placed by the client address alone.
+	ClientAffinity bool   `json:"clientAffinity,omitempty"`
+	Packets        uint64 `json:"packets"`
+	Bytes          uint64 `json:"bytes"`
 }
 
 func protoName(p uint8) string {
@@ -107,7 +109,8 @@ func (p *Pinned) VIPs() ([]VIPInfo, error) {
 		info := VIPInfo{
 			Address: a.String(), Port: k.Port, Protocol: protoName(k.Proto), ID: v.Id,
 			Forward: ForwardName(Forward(v.Forward)), GUEPort: v.GuePort,
-			Echo: v.Flags&uint32(fastpathbpf.FastpathFpVipFlagsFP_VIP_ECHO) != 0,
+			Echo:           v.Flags&uint32(fastpathbpf.FastpathFpVipFlagsFP_VIP_ECHO) != 0,
+			ClientAffinity: v.Flags&uint32(fastpathbpf.FastpathFpVipFlagsFP_VIP_AFFINITY_CLIENT) != 0,
 		}
 		if v.Id != 0 {
 			t, err := p.traffic(fastpathbpf.FastpathMapFpVipStats, v.Id)

@@ -363,6 +363,9 @@ func (m *Manager) compute(c Config, now time.Time) ([]plannedVIP, []newBackend, 
 		if v.Forward == ForwardDSRGUE {
 			p.info.GuePort = v.GUEPort
 		}
+		if v.ClientAffinity && v.Forward != ForwardPass {
+			p.info.Flags |= uint32(fastpathbpf.FastpathFpVipFlagsFP_VIP_AFFINITY_CLIENT)
+		}
 		old := m.vips[key]
 		if v.Forward != ForwardPass {
 			switch {

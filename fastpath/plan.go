@@ -48,6 +48,7 @@ func FromSnapshot(snap *pb.ConfigSnapshot, node Node) (Config, error) {
 				continue
 			}
 			v.Forward, v.GUEPort = fwd, gue
+			v.ClientAffinity = e.GetAffinity() == pb.Affinity_AFFINITY_CLIENT_IP
 			for j, ep := range e.GetEndpoints() {
 				a, err := netip.ParseAddr(ep.GetAddress())
 				if err != nil || ep.GetPort() > 0xffff {

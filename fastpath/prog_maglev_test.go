@@ -8,6 +8,7 @@ import (
 
 	"github.com/novaedge/novaedge/fastpath/flowhash"
 	"github.com/novaedge/novaedge/fastpath/maglev"
+	fpbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
 )
 
 // TestProgMaglevAgreesWithGo installs tables built by fastpath/maglev for
@@ -101,5 +102,58 @@ func TestProgMaglevAgreesWithGo(t *testing.T) {
 	// The flows must have exercised the table, not one corner of it.
 	if len(picked) < 40 {
 		t.Errorf("1000 flows reached only %d of 50 backends", len(picked))
+	}
+}
+
+// TestProgClientAffinity: with FP_VIP_AFFINITY_CLIENT the program places
+// every new flow of a client on table[flowhash.ClientHash(client) % M],
+// whatever its source port, and without the flag the same flows spread over
+// several backends.
+func TestProgClientAffinity(t *testing.T) {
+	n := newProgNet(t)
+	e := newProgEnv(t, n, LoadOptions{MaxVIPs: 16, MaxBackends: 64, ConntrackSize: 4096, NATSize: 1024})
+	b, err := maglev.NewBuilder(e.objs.MaglevSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set []maglev.Backend
+	for i := range 10 {
+		id := uint32(i + 1)
+		ap := netip.AddrPortFrom(onLink4(byte(20+i)), 8080)
+		e.addBackend(id, ap)
+		set = append(set, maglev.Backend{Key: ap.String(), Weight: 1, ID: id})
+	}
+	tab, err := b.Build(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.setTable(1, tab)
+	e.setTable(2, tab)
+	sticky := progVIP{addr: progVIP4, port: 80, proto: ipTCP, id: 1, forward: fwdDSRIPIP, flags: uint32(fpbpf.FastpathFpVipFlagsFP_VIP_AFFINITY_CLIENT)}
+	spread := progVIP{addr: progVIP4, port: 81, proto: ipTCP, id: 2, forward: fwdDSRIPIP}
+	e.addVIP(sticky)
+	e.addVIP(spread)
+
+	for c := range 20 {
+		client := netip.AddrFrom4([4]byte{198, 51, 100, byte(c + 1)})
+		want := tab.Lookup(uint64(flowhash.ClientHash(client)))
+		seen := map[uint32]bool{}
+		for port := uint16(40000); port < 40016; port++ {
+			p := tcpTo(client, progVIP4, port, sticky.port).flags(true, false, false, false)
+			if verdict, _ := e.run(p.frame(t)); verdict != xdpTX {
+				t.Fatalf("client %v port %d: verdict %v", client, port, verdict)
+			}
+			if got := e.mustCT(p).BackendId; got != want {
+				t.Fatalf("client %v port %d: backend %d, want %d (the client's slot)", client, port, got, want)
+			}
+			q := tcpTo(client, progVIP4, port, spread.port).flags(true, false, false, false)
+			if verdict, _ := e.run(q.frame(t)); verdict != xdpTX {
+				t.Fatalf("client %v port %d (no affinity): verdict %v", client, port, verdict)
+			}
+			seen[e.mustCT(q).BackendId] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("client %v: 16 connections without affinity reached %d backend(s); the test cannot tell affinity from chance", client, len(seen))
+		}
 	}
 }

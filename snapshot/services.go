@@ -342,7 +342,9 @@ func (b *builder) parseService(s *corev1.Service) *svcEntry {
 		if c := s.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
 			e.affinityTTL = uint32(*c.ClientIP.TimeoutSeconds)
 		}
-		b.warnf(e.ref, "spec.sessionAffinity", "ClientIP is not honoured by the XDP fast path yet: it balances each flow on its own, so a client's flows may reach different endpoints (the slow path honours it)")
+		// The fast path places a client's flows by its address alone
+		// (Maglev over the source address), so they stay together as long
+		// as the endpoints do; the timeout has nothing to expire.
 	}
 
 	e.key = strings.TrimSpace(ann[v1alpha1.AnnotationAllowSharedIP])

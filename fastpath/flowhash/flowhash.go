@@ -59,3 +59,22 @@ func Hash(f Flow) uint32 {
 	h ^= h >> 16
 	return h
 }
+
+// ClientHash returns the fast path's hash of a client address alone, which
+// places the new flows of a VIP entry with client affinity (a Service's
+// sessionAffinity ClientIP): every connection of a client maps to the same
+// Maglev slot.
+func ClientHash(src netip.Addr) uint32 {
+	b := Addr16(src)
+	h := uint32(seed)
+	for i := 0; i < 16; i += 4 {
+		h = mix(h, binary.LittleEndian.Uint32(b[i:]))
+	}
+	h ^= 16
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h
+}

@@ -147,7 +147,8 @@ type FastpathFpTraffic struct {
 type FastpathFpVipFlags uint32
 
 const (
-	FastpathFpVipFlagsFP_VIP_ECHO FastpathFpVipFlags = 1
+	FastpathFpVipFlagsFP_VIP_ECHO            FastpathFpVipFlags = 1
+	FastpathFpVipFlagsFP_VIP_AFFINITY_CLIENT FastpathFpVipFlags = 2
 )
 
 type FastpathNatValue struct {
