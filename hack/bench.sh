@@ -5,7 +5,8 @@
 # (perf/splice), the XDP fast path's forwarding rate (perf/xdpbench) and cost
 # per packet (perf/xdpcost), the control plane's propagation latency,
 # snapshot build cost and memory against a real kube-apiserver
-# (perf/controlplane) and the Go micro-benchmarks (the Maglev builder among
+# (perf/controlplane), VIP failover in network namespaces beside FRR
+# (perf/vipfailover) and the Go micro-benchmarks (the Maglev builder among
 # them), and writes everything under perf/results/. Needs root (packages)
 # and at least 2 CPUs. Uses only 127.0.0.1 and addresses inside network
 # namespaces it creates.
@@ -28,6 +29,8 @@ go run ./perf/xdpcost -out perf/results
 echo "== control plane: EndpointSlice change to agent ACK beside a plain watch, snapshot build beside proto.Marshal, controller memory beside an empty cluster (perf/controlplane)"
 assets="$(hack/envtest-assets.sh)"
 KUBEBUILDER_ASSETS="$assets" go run ./perf/controlplane -out perf/results -controller bin/novaedge-controller
+echo "== VIP failover: L2 SIGKILL of the active to the standby's ARP, BGP silence to FRR dropping the path with BFD 3 x 100/300 ms and without, beside FRR to FRR (perf/vipfailover)"
+go run ./perf/vipfailover -out perf/results -agent bin/novaedge-agent
 echo "== Go micro-benchmarks (router, balancers, proxy path, Maglev builder)"
 go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath ./fastpath/maglev | tee "perf/results/go-bench-$stamp.txt"
 echo "results in perf/results/"

@@ -18,6 +18,12 @@
 // node-a's BFD heartbeats are dropped (nftables) and after node-a's agent
 // is killed, and node-a's when node-b's heartbeats are dropped.
 //
+// TestBFDFailover has two agents announce one BGP VIP to FRR (ECMP) with
+// BFD at 3 × 300 ms against FRR's bfdd, silences one node with nftables
+// (the process keeps running, so only BFD can tell), and checks that FRR
+// reports its BFD session down with "control detection time expired" and
+// removes only that node's path, which comes back when the silence ends.
+//
 // The tests need root, iproute2, nftables and FRR; it fails, never skips, saying what
 // to install. Everything is cleaned up by test/frr (namespaces, daemons) and
 // by the test (the agent processes, by pid).
