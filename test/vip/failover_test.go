@@ -236,7 +236,15 @@ func settle(t *testing.T, what string, ws ...want) {
 // came from mac (and that there were answers).
 func onlyFrom(t *testing.T, p *arpProber, mac, who string) {
 	t.Helper()
-	answers := p.probe(t, netip.MustParseAddr(foVIP), 3*time.Second)
+	onlyFromFor(t, p, mac, who, 3*time.Second)
+}
+
+// onlyFromFor is onlyFrom over d: after a failover the issue asks for 30 s
+// of answers from one MAC, long enough to cover the standby's grace and
+// any re-decision.
+func onlyFromFor(t *testing.T, p *arpProber, mac, who string, d time.Duration) {
+	t.Helper()
+	answers := p.probe(t, netip.MustParseAddr(foVIP), d)
 	if answers[mac] == 0 || len(answers) != 1 {
 		t.Errorf("ARP answers for %s by MAC: %v; want all from %s (%s)", foVIP, answers, mac, who)
 	}
@@ -310,7 +318,7 @@ func TestL2Failover(t *testing.T) {
 		undo := dropBFD(t, nsA)
 		settle(t, "node-b took over, node-a yielded",
 			want{sockA, false, "standby node-b lost our heartbeats"}, want{sockB, true, "standby took over"})
-		onlyFrom(t, prober, macB, "node-b, the standby that took over")
+		onlyFromFor(t, prober, macB, "node-b, the standby that took over", 30*time.Second)
 		undo()
 		healthy(t)
 		onlyFrom(t, prober, macA, "node-a, back after the hold-down")
@@ -331,7 +339,7 @@ func TestL2Failover(t *testing.T) {
 		}
 		<-agentA.exited
 		settle(t, "node-b took over", want{sockB, true, "standby took over"})
-		onlyFrom(t, prober, macB, "node-b, the standby that took over")
+		onlyFromFor(t, prober, macB, "node-b, the standby that took over", 30*time.Second)
 		st, err := vipStatus(t, sockB)
 		if err != nil {
 			t.Fatal(err)
