@@ -110,6 +110,7 @@ Against a running agent (--socket):
   vip status VIP announcements: mode, role, interfaces, announced or why not
   bgp peers  BGP sessions;  bgp routes  the host routes announced
   bfd        BFD sessions with the BGP peers
+  ospf       OSPF through FRR: neighbours, VIP routes, problems (e.g. md5 mismatch)
 
 Exit status: 0 on success, 1 when the configuration has errors or the command
 failed, 2 on a usage error.`,
@@ -135,6 +136,7 @@ failed, 2 on a usage error.`,
 		newVIPCommand(o),
 		newBGPCommand(o),
 		newBFDCommand(o),
+		newOSPFCommand(o),
 		newFastpathCommand(),
 		newDecapCommand(),
 		newDemoBackendCommand(),

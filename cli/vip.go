@@ -117,6 +117,32 @@ holds UDP port 3784; the error says so.`,
 	return cmd
 }
 
+func newOSPFCommand(o *options) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "ospf",
+		Short: "Show OSPF as the agent drives it in FRR: neighbours, routes, problems",
+		Long: `ospf shows the OSPF state of the node's FRR (ospfd, configured by the agent
+through vtysh for OSPF VIPs): the neighbours with their adjacency state, the
+VIP host routes in this node's router LSA with their area and cost, and the
+problems that keep a VIP from being advertised — an authentication, area or
+hello/dead interval mismatch seen in the neighbours' packets, a VIP missing
+from the router LSA, an uplink without a Full adjacency. BFD for OSPF VIPs
+is FRR's bfdd ("vtysh -c 'show bfd peers'"), not the agent's.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.vipCall(cmd, output, func(st *pb.VIPStatusResponse) proto.Message {
+				if st.GetOspf() == nil {
+					return &pb.OSPFStatus{}
+				}
+				return st.GetOspf()
+			}, writeOSPF)
+		},
+	}
+	outputFlag(cmd, &output, "json is the OSPFStatus message as protojson", "table", "json")
+	return cmd
+}
+
 func bgpOrEmpty(st *pb.VIPStatusResponse) *pb.BGPStatus {
 	if st.GetBgp() == nil {
 		return &pb.BGPStatus{}
@@ -207,6 +233,26 @@ func writeVIPStatus(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error 
 	default:
 		p.println("BFD: not running")
 	}
+	ospf := st.GetOspf()
+	switch {
+	case ospf.GetRunning():
+		full := 0
+		for _, n := range ospf.GetNeighbors() {
+			if n.GetState() == "Full" {
+				full++
+			}
+		}
+		p.printf("OSPF: router ID %s; %d of %s Full, %s advertised\n", dash(ospf.GetRouterId()), full,
+			plural(len(ospf.GetNeighbors()), "neighbour"), plural(len(ospf.GetRoutes()), "route"))
+		for _, pr := range ospf.GetProblems() {
+			p.printf("OSPF problem: %s\n", pr)
+		}
+	default:
+		p.println("OSPF: not running")
+	}
+	if ospf.GetError() != "" {
+		p.printf("OSPF error: %s\n", ospf.GetError())
+	}
 	if len(st.GetErrors()) > 0 {
 		p.println("\nProblems:")
 		for _, e := range st.GetErrors() {
@@ -295,4 +341,58 @@ func writeBFD(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error {
 		return p.err
 	}
 	return tw.Flush()
+}
+
+func writeOSPF(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error {
+	o := st.GetOspf()
+	if !o.GetRunning() {
+		msg := "OSPF is not running: no OSPF VIP on this node"
+		if o.GetError() != "" {
+			msg = "OSPF is not running: " + o.GetError()
+		}
+		_, err := fmt.Fprintln(w, msg)
+		return err
+	}
+	p := &printer{w: w}
+	last := "never"
+	if o.GetLastReconcileUnixMs() != 0 {
+		last = since(o.GetLastReconcileUnixMs(), now) + " ago"
+	}
+	p.printf("Router ID %s; last reconcile %s; %d lines re-applied\n\n", dash(o.GetRouterId()), last, o.GetReapplied())
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tp := &printer{w: tw}
+	if len(o.GetNeighbors()) == 0 {
+		tp.println("No OSPF neighbours.")
+	} else {
+		tp.println("NEIGHBOUR\tADDRESS\tINTERFACE\tSTATE\tROLE\tDEAD IN")
+		for _, n := range o.GetNeighbors() {
+			tp.printf("%s\t%s\t%s\t%s\t%s\t%s\n", dash(n.GetRouterId()), dash(n.GetAddress()), dash(n.GetInterface()), n.GetState(),
+				dash(n.GetRole()), time.Duration(n.GetDeadTimeMs())*time.Millisecond)
+		}
+	}
+	tp.println()
+	if len(o.GetRoutes()) == 0 {
+		tp.println("No VIP routes advertised.")
+	} else {
+		tp.println("PREFIX\tVIP\tAREA\tCOST")
+		for _, r := range o.GetRoutes() {
+			tp.printf("%s\t%s\t%s\t%d\n", r.GetPrefix(), r.GetVip(), r.GetArea(), r.GetCost())
+		}
+	}
+	if tp.err != nil {
+		return tp.err
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if o.GetError() != "" {
+		p.printf("\nError: %s\n", o.GetError())
+	}
+	if len(o.GetProblems()) > 0 {
+		p.println("\nProblems:")
+		for _, pr := range o.GetProblems() {
+			p.printf("  %s\n", pr)
+		}
+	}
+	return p.err
 }

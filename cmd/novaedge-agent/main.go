@@ -40,6 +40,7 @@ import (
 	"github.com/novaedge/novaedge/slowpath"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 	"github.com/novaedge/novaedge/snapshot"
+	"github.com/novaedge/novaedge/vip/frr"
 	"github.com/novaedge/novaedge/vip/local"
 	"github.com/novaedge/novaedge/vip/manager"
 )
@@ -79,6 +80,9 @@ type flags struct {
 	l2LeaseTTL    time.Duration
 	l2Grace       time.Duration
 	bgpListenPort int32
+	frrVtyDir     string
+	frrVtysh      string
+	ospfUplinks   []string
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -167,10 +171,13 @@ routes through graceful restart until the next agent refreshes them);
 	fl.StringVar(&f.natPorts, "nat-port-range", fmt.Sprintf("%d-%d", fastpath.DefaultNATPortMin, fastpath.DefaultNATPortMax), "source ports for the fast path's SNAT, reserved from the host's ephemeral ports (net.ipv4.ip_local_reserved_ports)")
 	fl.BoolVar(&f.lineage, "maglev-lineage", false, "build each Maglev table from the installed one (removing 1 of N backends remaps only its 1/N of flows); tables then depend on this node's history, so leave it off when several nodes share a VIP through ECMP")
 	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
-	fl.StringVar(&f.routerID, "router-id", "", "this node's BGP router ID (an IPv4 address unique among the routers' peers); empty: the source address of the route towards the first IPv4 BGP peer")
+	fl.StringVar(&f.routerID, "router-id", "", "this node's BGP and OSPF router ID (an IPv4 address unique among the routers' peers); empty: for BGP the source address of the route towards the first IPv4 BGP peer, for OSPF that one too when BGP runs, else the first IPv4 address of the first OSPF uplink")
 	fl.DurationVar(&f.l2Grace, "l2-failover-grace", 0, "how long a standby that took an L2 VIP over (heartbeats from the active lost) keeps it while its assignment still names the old active; 0: 15s with --controller (the controller then confirms or overrides the takeover), for good in standalone mode (nothing else can)")
 	fl.DurationVar(&f.l2LeaseTTL, "l2-lease-ttl", manager.DefaultL2LeaseTTL, "how long the node answers ARP/NDP for its L2ARP VIPs after the agent last renewed its lease (renewed every third of it): a hung agent stops answering after this")
 	fl.Int32Var(&f.bgpListenPort, "bgp-listen-port", 0, "TCP port on which the BGP speaker accepts sessions; 0: none, the node opens every session itself and port 179 stays free")
+	fl.StringVar(&f.frrVtyDir, "frr-vty-dir", frr.DefaultSocketDir, "directory of FRR's vty sockets (vtysh --vty_socket): OSPF VIPs are announced by driving FRR's ospfd (and bfdd for BFD) there")
+	fl.StringVar(&f.frrVtysh, "frr-vtysh", "vtysh", "FRR's vtysh program (a name is looked up in $PATH), through which OSPF VIPs are configured")
+	fl.StringSliceVar(&f.ospfUplinks, "ospf-uplinks", nil, "interfaces facing the OSPF routers, for OSPF VIPs that name none (comma-separated or repeated); empty: the interface of the default route")
 	return cmd
 }
 
@@ -220,10 +227,21 @@ func (f *flags) check() error {
 	if f.bgpListenPort < 0 || f.bgpListenPort > 65535 {
 		return usageErr{fmt.Errorf("--bgp-listen-port %d: must be 0-65535", f.bgpListenPort)}
 	}
+	if f.frrVtyDir == "" {
+		return usageErr{errors.New("--frr-vty-dir: must not be empty")}
+	}
+	if f.frrVtysh == "" {
+		return usageErr{errors.New("--frr-vtysh: must not be empty")}
+	}
+	for _, u := range f.ospfUplinks {
+		if u == "" || len(u) > 15 || strings.ContainsAny(u, "/: \t\n") {
+			return usageErr{fmt.Errorf("--ospf-uplinks %q: not an interface name", u)}
+		}
+	}
 	return nil
 }
 
-// vipManager builds the VIP announcement applier (L2ARP, BGP, BFD). It
+// vipManager builds the VIP announcement applier (L2ARP, BGP, BFD, OSPF). It
 // opens nothing until a snapshot assigns this node a VIP in those modes.
 func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manager.Manager, error) {
 	var id netip.Addr
@@ -237,6 +255,9 @@ func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manage
 		L2FailoverGrace: f.l2FailoverGrace(),
 		BGPListenPort:   f.bgpListenPort,
 		StateDir:        f.stateDir,
+		FRRSocketDir:    f.frrVtyDir,
+		FRRVtysh:        f.frrVtysh,
+		OSPFUplinks:     f.ospfUplinks,
 		Registry:        reg,
 	})
 }

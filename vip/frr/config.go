@@ -114,7 +114,10 @@ func render(d Desired, loopback string, gracePeriod time.Duration) []line {
 	}
 	for _, u := range d.Uplinks {
 		ifc := []string{"interface " + u.Interface}
-		add(ifc, "ip ospf area "+u.Area, "ip ospf area *")
+		// Timers and authentication before the area: ospfd starts the
+		// interface (and its wait timer, from the dead interval) when the
+		// area line arrives, so settings written after it would first run
+		// with the defaults (a 40 s wait before the first adjacency).
 		if u.HelloInterval != 0 && u.HelloInterval != 10 {
 			add(ifc, fmt.Sprintf("ip ospf hello-interval %d", u.HelloInterval), "ip ospf hello-interval *")
 		}
@@ -130,6 +133,7 @@ func render(d Desired, loopback string, gracePeriod time.Duration) []line {
 			add(ifc, "ip ospf bfd", "")
 			add(ifc, "ip ospf bfd profile "+bfdProfile(u.Interface), "ip ospf bfd profile *")
 		}
+		add(ifc, "ip ospf area "+u.Area, "ip ospf area *")
 	}
 	lo := []string{"interface " + loopback}
 	for _, v := range d.VIPs {

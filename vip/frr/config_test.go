@@ -109,7 +109,7 @@ func TestPlan(t *testing.T) {
 			want: []string{"configure terminal",
 				"router ospf", "ospf router-id 10.82.0.2", "graceful-restart", "exit",
 				"bfd", "profile novaedge-n-r", "echo-mode", "exit", "exit",
-				"interface n-r", "ip ospf area 0.0.0.0", "ip ospf hello-interval 1", "ip ospf dead-interval 4", "ip ospf bfd", "ip ospf bfd profile novaedge-n-r", "exit",
+				"interface n-r", "ip ospf hello-interval 1", "ip ospf dead-interval 4", "ip ospf bfd", "ip ospf bfd profile novaedge-n-r", "ip ospf area 0.0.0.0", "exit",
 				"interface lo", "ip ospf area 0.0.0.0 10.200.0.30", "ip ospf cost 33 10.200.0.30", "end"},
 		},
 		{

@@ -120,7 +120,12 @@ func compile(snap *pb.ConfigSnapshot) (*compiled, error) {
 				}
 			}
 		case pb.VIPMode_VIP_MODE_OSPF:
-			warn(name, "mode", "OSPF announcement is not supported by this agent yet; the VIP is not announced")
+			if a.GetRole() != pb.VIPRole_VIP_ROLE_ANNOUNCE {
+				bad(name, "role", "%s is not a role of an OSPF VIP (ANNOUNCE)", a.GetRole())
+			}
+			if a.GetOspf() == nil {
+				bad(name, "ospf", "missing: an OSPF VIP needs its area")
+			}
 		}
 		c.vips = append(c.vips, v)
 	}

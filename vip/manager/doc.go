@@ -1,8 +1,9 @@
 // Package manager is the node's VIP announcement manager: an agent
 // applier ("vip") that turns the node part of each ConfigSnapshot into
 // announcements with the building blocks of package vip — L2 ARP/NDP
-// ([l2.Announcer]), BGP ([bgp.Speaker]) and BFD ([bfd.Speaker]) — and
-// reports their state for the admin API, novaedgectl and metrics.
+// ([l2.Announcer]), BGP ([bgp.Speaker]), BFD ([bfd.Speaker]) and OSPF
+// through FRR ([frr.Driver]) — and reports their state for the admin API,
+// novaedgectl and metrics.
 //
 // Compile checks the node part (addresses, interface names, BGP settings
 // that must agree between VIPs, BFD timers) and rejects the snapshot with
@@ -43,7 +44,22 @@
 //     Go speaker does not run where another one (FRR's bfdd) holds UDP
 //     port 3784: that is reported in the status, and BGP runs without BFD
 //     and L2 VIPs without heartbeats (the assignment alone decides).
-//   - OSPF: not supported yet; OSPF assignments are reported as such.
+//   - OSPF: one [frr.Driver] per node, started when the first OSPF
+//     assignment arrives, drives FRR's ospfd through vtysh
+//     ([Options.FRRSocketDir], [Options.FRRVtysh]); its reconcile loop runs
+//     until Close. The addresses of the OSPF VIPs are bound on lo (ospfd
+//     advertises only bound addresses, as stub /32 links of the node's
+//     router LSA), recorded in [OSPFAddressFile] so that a restarted agent
+//     removes only its own; the driver's lines are recorded in
+//     [OSPFStateFile]. The VIPs that [Serving] accepts are advertised on
+//     the uplinks the VIP names, else [Options.OSPFUplinks], else the
+//     default route's interface. The router ID is [Options.RouterID], else
+//     the one BGP derived, else the first IPv4 address of the first uplink.
+//     A VIP counts as announced when it is in the router LSA and some
+//     neighbour is Full; otherwise the status gives the reason, such as an
+//     md5 key mismatch seen in the router's Hellos. BFD for OSPF VIPs is
+//     FRR's bfdd (the driver writes "ip ospf bfd"): no Go BFD session runs
+//     for them.
 //   - Local: bound by the agent's LocalVIPs applier, not here.
 //
 // # Restarts
@@ -56,6 +72,9 @@
 // marker file in [Options.StateDir] says that a speaker ran: the next
 // manager starts its speaker with [bgp.GracefulRestart.Restarting] set, so
 // that the routers keep the stale routes until it has sent its own.
+// FRR's OSPF configuration is left as it is, so that ospfd keeps
+// advertising the VIPs while the agent is away; the next manager adopts
+// the lines it recorded and changes nothing when the snapshot is the same.
 // [Manager.Withdraw] removes the node from the routing instead (Cease,
-// addresses unbound, marker removed).
+// the driver's OSPF lines removed, addresses unbound, marker removed).
 package manager

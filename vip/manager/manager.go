@@ -22,7 +22,9 @@ import (
 	"github.com/novaedge/novaedge/vip/bfd"
 	"github.com/novaedge/novaedge/vip/bgp"
 	"github.com/novaedge/novaedge/vip/failover"
+	"github.com/novaedge/novaedge/vip/frr"
 	"github.com/novaedge/novaedge/vip/l2"
+	"github.com/novaedge/novaedge/vip/local"
 )
 
 // DefaultL2LeaseTTL is the L2 lease length when Options.L2LeaseTTL is zero.
@@ -69,6 +71,17 @@ type Options struct {
 	// Clock drives the lease and the failover timing. Nil: the system
 	// clock.
 	Clock l2.Clock
+	// FRRSocketDir is the directory of FRR's vty sockets, for OSPF VIPs.
+	// Empty: frr.DefaultSocketDir.
+	FRRSocketDir string
+	// FRRVtysh is the vtysh program. Empty: frr.DefaultVtysh.
+	FRRVtysh string
+	// FRRInterval is the time between periodic reconciles of FRR's
+	// configuration. Zero: frr.DefaultInterval.
+	FRRInterval time.Duration
+	// OSPFUplinks are the interfaces facing the routers for the OSPF VIPs
+	// that name none. Empty: the interface of the default route.
+	OSPFUplinks []string
 }
 
 // Manager is the "vip" applier. Its methods are safe for concurrent use.
@@ -124,6 +137,16 @@ type Manager struct {
 	hb       map[netip.Addr]failover.Peer
 	// hbAdded is when each heartbeat session was added.
 	hbAdded map[netip.Addr]time.Time
+
+	// ospf drives FRR for the OSPF VIPs, whose addresses ospfAddrs binds
+	// on lo; ospfStop and ospfDone end its reconcile loop.
+	ospf        *frr.Driver
+	ospfAddrs   *local.Manager
+	ospfStop    context.CancelFunc
+	ospfDone    chan struct{}
+	ospfDesired frr.Desired
+	ospfErr     string
+	ospfID      netip.Addr
 
 	vips     []VIPState
 	problems []string
@@ -218,11 +241,9 @@ func (m *Manager) apply(ctx context.Context, c *compiled) error {
 	d, bgpErrs, bgpProblems := m.applyBGP(ctx, c, states)
 	errs = append(errs, bgpErrs...)
 	problems = append(problems, bgpProblems...)
-	for i, v := range c.vips {
-		if v.asg.GetMode() == pb.VIPMode_VIP_MODE_OSPF {
-			states[i].Reason = "OSPF is not supported by this agent yet"
-		}
-	}
+	ospfErrs, ospfProblems := m.applyOSPF(ctx, c, states)
+	errs = append(errs, ospfErrs...)
+	problems = append(problems, ospfProblems...)
 	m.self, m.l2Plans, m.vips = c.node.GetNodeName(), plans, states
 	problems = append(problems, m.applyBFD(ctx, c, d)...)
 	errs = append(errs, m.reconcileL2()...)
@@ -614,7 +635,7 @@ func (m *Manager) Close() error {
 	if m.bgp != nil {
 		m.writeMarker(len(m.bgpDesired.Peers) > 0)
 	}
-	return err
+	return errors.Join(err, m.closeOSPF(false))
 }
 
 // Withdraw takes the node out of the routing at once: BGP sessions end
@@ -639,6 +660,7 @@ func (m *Manager) Withdraw() error {
 		errs = append(errs, m.l2.Close())
 		m.l2 = nil
 	}
+	errs = append(errs, m.closeOSPF(true))
 	return errors.Join(errs...)
 }
 

@@ -27,6 +27,13 @@ func l2VIP(name, addr string, ifaces ...string) *pb.VIPAssignment {
 	return &pb.VIPAssignment{Vip: name, Mode: pb.VIPMode_VIP_MODE_L2ARP, Role: pb.VIPRole_VIP_ROLE_ACTIVE, Addresses: []string{addr}, Interfaces: ifaces}
 }
 
+func ospfVIP(name, addr string) *pb.VIPAssignment {
+	return &pb.VIPAssignment{
+		Vip: name, Mode: pb.VIPMode_VIP_MODE_OSPF, Role: pb.VIPRole_VIP_ROLE_ANNOUNCE, Addresses: []string{addr},
+		Ospf: &pb.OSPFAnnouncement{Area: "0.0.0.0", Cost: 10},
+	}
+}
+
 func snapOf(vips ...*pb.VIPAssignment) *pb.ConfigSnapshot {
 	return &pb.ConfigSnapshot{Node: &pb.NodeConfig{NodeName: "n1", Vips: vips}}
 }
@@ -68,6 +75,9 @@ func TestCompileValidation(t *testing.T) {
 			with(bgpVIP("a", "10.200.0.10"), func(a *pb.VIPAssignment) { a.Bfd = &pb.BFD{Enabled: true, DetectMultiplier: 3} }),
 			with(bgpVIP("b", "10.200.0.11"), func(a *pb.VIPAssignment) { a.Bfd = &pb.BFD{Enabled: true, DetectMultiplier: 5} }),
 		}, "vip b: bfd: peer 127.0.0.1 has other BFD timers in vip a"},
+		{"ospf", []*pb.VIPAssignment{ospfVIP("o", "10.200.0.20")}, ""},
+		{"ospf without settings", []*pb.VIPAssignment{with(ospfVIP("o", "10.200.0.20"), func(a *pb.VIPAssignment) { a.Ospf = nil })}, "vip o: ospf: missing"},
+		{"ospf with active role", []*pb.VIPAssignment{with(ospfVIP("o", "10.200.0.20"), func(a *pb.VIPAssignment) { a.Role = pb.VIPRole_VIP_ROLE_ACTIVE })}, "vip o: role: VIP_ROLE_ACTIVE is not a role of an OSPF VIP"},
 		{"no addresses", []*pb.VIPAssignment{{Vip: "c", Mode: pb.VIPMode_VIP_MODE_L2ARP, Role: pb.VIPRole_VIP_ROLE_ACTIVE}}, "vip c: addresses: none"},
 	}
 	for _, tc := range tests {
@@ -88,14 +98,13 @@ func TestCompileValidation(t *testing.T) {
 func TestCompileWarnings(t *testing.T) {
 	a := bgpVIP("a", "10.200.0.10")
 	a.Bfd = &pb.BFD{Enabled: true, EchoMode: true}
-	o := &pb.VIPAssignment{Vip: "o", Mode: pb.VIPMode_VIP_MODE_OSPF, Role: pb.VIPRole_VIP_ROLE_ANNOUNCE, Addresses: []string{"10.200.0.20"}}
+	o := &pb.VIPAssignment{Vip: "o", Mode: pb.VIPMode_VIP_MODE_OSPF, Role: pb.VIPRole_VIP_ROLE_ANNOUNCE, Addresses: []string{"10.200.0.20"}, Ospf: &pb.OSPFAnnouncement{Area: "0"}}
 	c, err := compile(snapOf(a, o))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		"vip a: bfd.echo_mode: echo mode is not supported; the sessions run in asynchronous mode only",
-		"vip o: mode: OSPF announcement is not supported by this agent yet; the VIP is not announced",
 	}
 	if !slices.Equal(c.warnings, want) {
 		t.Errorf("warnings %q, want %q", c.warnings, want)

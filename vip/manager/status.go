@@ -57,6 +57,7 @@ type State struct {
 	L2Lease time.Time
 	BGP     BGPState
 	BFD     BFDState
+	OSPF    OSPFState
 	// Problems of the last apply that did not fail it, each naming the
 	// VIP and field.
 	Problems []string
@@ -90,6 +91,11 @@ func (m *Manager) State(ctx context.Context) State {
 		st.BFD.Running = true
 		st.BFD.Sessions = m.bfd.Sessions()
 	}
+	if m.ospf != nil {
+		st.OSPF = m.ospfState(ctx, st.VIPs)
+	} else {
+		st.OSPF.Error = m.ospfErr
+	}
 	return st
 }
 
@@ -120,7 +126,8 @@ func StatusProto(st State) *pb.VIPStatusResponse {
 		Bgp: &pb.BGPStatus{
 			Running: st.BGP.Running, LocalAs: st.BGP.LocalAS, Restarting: st.BGP.Restarting, Error: st.BGP.Error,
 		},
-		Bfd: &pb.BFDStatus{Running: st.BFD.Running, Error: st.BFD.Error},
+		Bfd:  &pb.BFDStatus{Running: st.BFD.Running, Error: st.BFD.Error},
+		Ospf: ospfStatusProto(st.OSPF),
 	}
 	if st.BGP.RouterID.IsValid() {
 		out.Bgp.RouterId = st.BGP.RouterID.String()
@@ -175,7 +182,7 @@ type collector struct{ m *Manager }
 
 var (
 	descAnnounced = prometheus.NewDesc("novaedge_vip_announced",
-		"1 when this node announces the VIP (L2ARP active and claimed, or BGP routes advertised), else 0.", []string{"vip", "mode"}, nil)
+		"1 when this node announces the VIP (L2ARP active and claimed, BGP routes advertised, or OSPF host route originated with a Full adjacency), else 0.", []string{"vip", "mode"}, nil)
 	descL2Packets = prometheus.NewDesc("novaedge_vip_l2_packets_total",
 		"L2 announcement packets: kind garp (gratuitous ARP sent), unsolicited_na, arp_reply, solicited_na; suppressed (answers not sent, lease expired); conflict (another host announced a VIP).", []string{"kind"}, nil)
 	descBGPSession = prometheus.NewDesc("novaedge_vip_bgp_session_state",
@@ -186,11 +193,13 @@ var (
 		"1 for the current state of each BFD session (AdminDown, Down, Init, Up).", []string{"peer", "local", "state"}, nil)
 	descBFDUp = prometheus.NewDesc("novaedge_vip_bfd_session_up",
 		"1 when the BFD session with the peer is Up, else 0.", []string{"peer", "local"}, nil)
+	descOSPFFull = prometheus.NewDesc("novaedge_vip_ospf_neighbor_full",
+		"1 when the OSPF adjacency with the neighbour (router ID, on this node's interface) is Full, else 0.", []string{"router_id", "interface"}, nil)
 )
 
 // Describe sends the descriptors.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAnnounced, descL2Packets, descBGPSession, descBGPUp, descBFDSession, descBFDUp} {
+	for _, d := range []*prometheus.Desc{descAnnounced, descL2Packets, descBGPSession, descBGPUp, descBFDSession, descBFDUp, descOSPFFull} {
 		ch <- d
 	}
 }
@@ -225,5 +234,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range st.BFD.Sessions {
 		ch <- prometheus.MustNewConstMetric(descBFDSession, prometheus.GaugeValue, 1, s.Peer.String(), s.Local.String(), s.State.String())
 		ch <- prometheus.MustNewConstMetric(descBFDUp, prometheus.GaugeValue, b2f(s.State == bfd.StateUp), s.Peer.String(), s.Local.String())
+	}
+	for _, n := range st.OSPF.Neighbors {
+		ch <- prometheus.MustNewConstMetric(descOSPFFull, prometheus.GaugeValue, b2f(n.Full()), n.RouterID.String(), n.Interface)
 	}
 }

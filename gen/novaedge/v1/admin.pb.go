@@ -614,7 +614,8 @@ type VIPStatusResponse struct {
 	Bfd                *BFDStatus `protobuf:"bytes,6,opt,name=bfd,proto3" json:"bfd,omitempty"`
 	// Errors of the last apply and problems of the node configuration, each
 	// naming the VIP and field.
-	Errors        []string `protobuf:"bytes,7,rep,name=errors,proto3" json:"errors,omitempty"`
+	Errors        []string    `protobuf:"bytes,7,rep,name=errors,proto3" json:"errors,omitempty"`
+	Ospf          *OSPFStatus `protobuf:"bytes,8,opt,name=ospf,proto3" json:"ospf,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,6 +695,13 @@ func (x *VIPStatusResponse) GetBfd() *BFDStatus {
 func (x *VIPStatusResponse) GetErrors() []string {
 	if x != nil {
 		return x.Errors
+	}
+	return nil
+}
+
+func (x *VIPStatusResponse) GetOspf() *OSPFStatus {
+	if x != nil {
+		return x.Ospf
 	}
 	return nil
 }
@@ -1291,6 +1299,273 @@ func (x *BFDStatus) GetSessions() []*BFDSessionStatus {
 	return nil
 }
 
+// OSPFStatus is OSPF as the agent drives it in FRR (ospfd, and bfdd for
+// BFD) through vtysh.
+type OSPFStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Running is true once an OSPF assignment started the FRR driver.
+	Running bool `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	// Router ID ospfd uses.
+	RouterId  string                `protobuf:"bytes,2,opt,name=router_id,json=routerId,proto3" json:"router_id,omitempty"`
+	Neighbors []*OSPFNeighborStatus `protobuf:"bytes,3,rep,name=neighbors,proto3" json:"neighbors,omitempty"`
+	// VIP host routes found in this node's router LSAs.
+	Routes []*OSPFRouteStatus `protobuf:"bytes,4,rep,name=routes,proto3" json:"routes,omitempty"`
+	// Why something desired is not advertised: mismatches seen in the
+	// neighbours' packets (e.g. "OSPF authentication mismatch on eth0 with
+	// 10.0.0.1: the md5 keys differ (key id 1)"), VIPs missing from the
+	// router LSA, uplinks without a Full adjacency.
+	Problems []string `protobuf:"bytes,5,rep,name=problems,proto3" json:"problems,omitempty"`
+	// Error of the last reconcile or state query, empty when it succeeded.
+	Error               string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	LastReconcileUnixMs int64  `protobuf:"varint,7,opt,name=last_reconcile_unix_ms,json=lastReconcileUnixMs,proto3" json:"last_reconcile_unix_ms,omitempty"`
+	// Lines written again because FRR had lost them (e.g. ospfd restarted).
+	Reapplied     uint64 `protobuf:"varint,8,opt,name=reapplied,proto3" json:"reapplied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OSPFStatus) Reset() {
+	*x = OSPFStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OSPFStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OSPFStatus) ProtoMessage() {}
+
+func (x *OSPFStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OSPFStatus.ProtoReflect.Descriptor instead.
+func (*OSPFStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *OSPFStatus) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *OSPFStatus) GetRouterId() string {
+	if x != nil {
+		return x.RouterId
+	}
+	return ""
+}
+
+func (x *OSPFStatus) GetNeighbors() []*OSPFNeighborStatus {
+	if x != nil {
+		return x.Neighbors
+	}
+	return nil
+}
+
+func (x *OSPFStatus) GetRoutes() []*OSPFRouteStatus {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *OSPFStatus) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *OSPFStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *OSPFStatus) GetLastReconcileUnixMs() int64 {
+	if x != nil {
+		return x.LastReconcileUnixMs
+	}
+	return 0
+}
+
+func (x *OSPFStatus) GetReapplied() uint64 {
+	if x != nil {
+		return x.Reapplied
+	}
+	return 0
+}
+
+type OSPFNeighborStatus struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	RouterId string                 `protobuf:"bytes,1,opt,name=router_id,json=routerId,proto3" json:"router_id,omitempty"`
+	// Address of the neighbour's interface.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// This node's interface towards it.
+	Interface string `protobuf:"bytes,3,opt,name=interface,proto3" json:"interface,omitempty"`
+	// Full, 2-Way, ExStart, Exchange, Loading, Init, Down or Attempt.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// DR, Backup, DROther; empty on point-to-point links.
+	Role          string `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`
+	DeadTimeMs    uint32 `protobuf:"varint,6,opt,name=dead_time_ms,json=deadTimeMs,proto3" json:"dead_time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OSPFNeighborStatus) Reset() {
+	*x = OSPFNeighborStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OSPFNeighborStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OSPFNeighborStatus) ProtoMessage() {}
+
+func (x *OSPFNeighborStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OSPFNeighborStatus.ProtoReflect.Descriptor instead.
+func (*OSPFNeighborStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *OSPFNeighborStatus) GetRouterId() string {
+	if x != nil {
+		return x.RouterId
+	}
+	return ""
+}
+
+func (x *OSPFNeighborStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *OSPFNeighborStatus) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *OSPFNeighborStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *OSPFNeighborStatus) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *OSPFNeighborStatus) GetDeadTimeMs() uint32 {
+	if x != nil {
+		return x.DeadTimeMs
+	}
+	return 0
+}
+
+type OSPFRouteStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vip           string                 `protobuf:"bytes,1,opt,name=vip,proto3" json:"vip,omitempty"`
+	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Area          string                 `protobuf:"bytes,3,opt,name=area,proto3" json:"area,omitempty"`
+	Cost          uint32                 `protobuf:"varint,4,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OSPFRouteStatus) Reset() {
+	*x = OSPFRouteStatus{}
+	mi := &file_novaedge_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OSPFRouteStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OSPFRouteStatus) ProtoMessage() {}
+
+func (x *OSPFRouteStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OSPFRouteStatus.ProtoReflect.Descriptor instead.
+func (*OSPFRouteStatus) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *OSPFRouteStatus) GetVip() string {
+	if x != nil {
+		return x.Vip
+	}
+	return ""
+}
+
+func (x *OSPFRouteStatus) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *OSPFRouteStatus) GetArea() string {
+	if x != nil {
+		return x.Area
+	}
+	return ""
+}
+
+func (x *OSPFRouteStatus) GetCost() uint32 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
 type BFDSessionStatus struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Peer      string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
@@ -1314,7 +1589,7 @@ type BFDSessionStatus struct {
 
 func (x *BFDSessionStatus) Reset() {
 	*x = BFDSessionStatus{}
-	mi := &file_novaedge_v1_admin_proto_msgTypes[16]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1601,7 @@ func (x *BFDSessionStatus) String() string {
 func (*BFDSessionStatus) ProtoMessage() {}
 
 func (x *BFDSessionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_admin_proto_msgTypes[16]
+	mi := &file_novaedge_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1614,7 @@ func (x *BFDSessionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BFDSessionStatus.ProtoReflect.Descriptor instead.
 func (*BFDSessionStatus) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_novaedge_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BFDSessionStatus) GetPeer() string {
@@ -1485,7 +1760,7 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\x0eReloadResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xae\x02\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xdb\x02\n" +
 	"\x11VIPStatusResponse\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x126\n" +
 	"\x04vips\x18\x02 \x03(\v2\".novaedge.v1.VIPAnnouncementStatusR\x04vips\x12'\n" +
@@ -1493,7 +1768,8 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\x16l2_lease_until_unix_ms\x18\x04 \x01(\x03R\x12l2LeaseUntilUnixMs\x12(\n" +
 	"\x03bgp\x18\x05 \x01(\v2\x16.novaedge.v1.BGPStatusR\x03bgp\x12(\n" +
 	"\x03bfd\x18\x06 \x01(\v2\x16.novaedge.v1.BFDStatusR\x03bfd\x12\x16\n" +
-	"\x06errors\x18\a \x03(\tR\x06errors\"\xd7\x01\n" +
+	"\x06errors\x18\a \x03(\tR\x06errors\x12+\n" +
+	"\x04ospf\x18\b \x01(\v2\x17.novaedge.v1.OSPFStatusR\x04ospf\"\xd7\x01\n" +
 	"\x15VIPAnnouncementStatus\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
@@ -1556,7 +1832,30 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\tBFDStatus\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\bR\arunning\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x129\n" +
-	"\bsessions\x18\x03 \x03(\v2\x1d.novaedge.v1.BFDSessionStatusR\bsessions\"\xcb\x03\n" +
+	"\bsessions\x18\x03 \x03(\v2\x1d.novaedge.v1.BFDSessionStatusR\bsessions\"\xbd\x02\n" +
+	"\n" +
+	"OSPFStatus\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\x12\x1b\n" +
+	"\trouter_id\x18\x02 \x01(\tR\brouterId\x12=\n" +
+	"\tneighbors\x18\x03 \x03(\v2\x1f.novaedge.v1.OSPFNeighborStatusR\tneighbors\x124\n" +
+	"\x06routes\x18\x04 \x03(\v2\x1c.novaedge.v1.OSPFRouteStatusR\x06routes\x12\x1a\n" +
+	"\bproblems\x18\x05 \x03(\tR\bproblems\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x123\n" +
+	"\x16last_reconcile_unix_ms\x18\a \x01(\x03R\x13lastReconcileUnixMs\x12\x1c\n" +
+	"\treapplied\x18\b \x01(\x04R\treapplied\"\xb5\x01\n" +
+	"\x12OSPFNeighborStatus\x12\x1b\n" +
+	"\trouter_id\x18\x01 \x01(\tR\brouterId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
+	"\tinterface\x18\x03 \x01(\tR\tinterface\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x12\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\x12 \n" +
+	"\fdead_time_ms\x18\x06 \x01(\rR\n" +
+	"deadTimeMs\"c\n" +
+	"\x0fOSPFRouteStatus\x12\x10\n" +
+	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04area\x18\x03 \x01(\tR\x04area\x12\x12\n" +
+	"\x04cost\x18\x04 \x01(\rR\x04cost\"\xcb\x03\n" +
 	"\x10BFDSessionStatus\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05local\x18\x02 \x01(\tR\x05local\x12\x1c\n" +
@@ -1593,7 +1892,7 @@ func file_novaedge_v1_admin_proto_rawDescGZIP() []byte {
 	return file_novaedge_v1_admin_proto_rawDescData
 }
 
-var file_novaedge_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_novaedge_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_novaedge_v1_admin_proto_goTypes = []any{
 	(*StatusRequest)(nil),         // 0: novaedge.v1.StatusRequest
 	(*GetSnapshotRequest)(nil),    // 1: novaedge.v1.GetSnapshotRequest
@@ -1611,36 +1910,42 @@ var file_novaedge_v1_admin_proto_goTypes = []any{
 	(*BGPPeerStatus)(nil),         // 13: novaedge.v1.BGPPeerStatus
 	(*BGPRouteStatus)(nil),        // 14: novaedge.v1.BGPRouteStatus
 	(*BFDStatus)(nil),             // 15: novaedge.v1.BFDStatus
-	(*BFDSessionStatus)(nil),      // 16: novaedge.v1.BFDSessionStatus
-	(*Diagnostic)(nil),            // 17: novaedge.v1.Diagnostic
-	(*ConfigSnapshot)(nil),        // 18: novaedge.v1.ConfigSnapshot
+	(*OSPFStatus)(nil),            // 16: novaedge.v1.OSPFStatus
+	(*OSPFNeighborStatus)(nil),    // 17: novaedge.v1.OSPFNeighborStatus
+	(*OSPFRouteStatus)(nil),       // 18: novaedge.v1.OSPFRouteStatus
+	(*BFDSessionStatus)(nil),      // 19: novaedge.v1.BFDSessionStatus
+	(*Diagnostic)(nil),            // 20: novaedge.v1.Diagnostic
+	(*ConfigSnapshot)(nil),        // 21: novaedge.v1.ConfigSnapshot
 }
 var file_novaedge_v1_admin_proto_depIdxs = []int32{
 	6,  // 0: novaedge.v1.AgentStatus.features:type_name -> novaedge.v1.Feature
-	17, // 1: novaedge.v1.ConfigErrorsResponse.applied:type_name -> novaedge.v1.Diagnostic
-	17, // 2: novaedge.v1.ConfigErrorsResponse.rejected:type_name -> novaedge.v1.Diagnostic
+	20, // 1: novaedge.v1.ConfigErrorsResponse.applied:type_name -> novaedge.v1.Diagnostic
+	20, // 2: novaedge.v1.ConfigErrorsResponse.rejected:type_name -> novaedge.v1.Diagnostic
 	10, // 3: novaedge.v1.VIPStatusResponse.vips:type_name -> novaedge.v1.VIPAnnouncementStatus
 	11, // 4: novaedge.v1.VIPStatusResponse.l2:type_name -> novaedge.v1.L2Counters
 	12, // 5: novaedge.v1.VIPStatusResponse.bgp:type_name -> novaedge.v1.BGPStatus
 	15, // 6: novaedge.v1.VIPStatusResponse.bfd:type_name -> novaedge.v1.BFDStatus
-	13, // 7: novaedge.v1.BGPStatus.peers:type_name -> novaedge.v1.BGPPeerStatus
-	14, // 8: novaedge.v1.BGPStatus.routes:type_name -> novaedge.v1.BGPRouteStatus
-	16, // 9: novaedge.v1.BFDStatus.sessions:type_name -> novaedge.v1.BFDSessionStatus
-	0,  // 10: novaedge.v1.AgentAdmin.Status:input_type -> novaedge.v1.StatusRequest
-	1,  // 11: novaedge.v1.AgentAdmin.GetSnapshot:input_type -> novaedge.v1.GetSnapshotRequest
-	2,  // 12: novaedge.v1.AgentAdmin.ConfigErrors:input_type -> novaedge.v1.ConfigErrorsRequest
-	3,  // 13: novaedge.v1.AgentAdmin.Reload:input_type -> novaedge.v1.ReloadRequest
-	4,  // 14: novaedge.v1.AgentAdmin.VIPStatus:input_type -> novaedge.v1.VIPStatusRequest
-	5,  // 15: novaedge.v1.AgentAdmin.Status:output_type -> novaedge.v1.AgentStatus
-	18, // 16: novaedge.v1.AgentAdmin.GetSnapshot:output_type -> novaedge.v1.ConfigSnapshot
-	7,  // 17: novaedge.v1.AgentAdmin.ConfigErrors:output_type -> novaedge.v1.ConfigErrorsResponse
-	8,  // 18: novaedge.v1.AgentAdmin.Reload:output_type -> novaedge.v1.ReloadResponse
-	9,  // 19: novaedge.v1.AgentAdmin.VIPStatus:output_type -> novaedge.v1.VIPStatusResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	16, // 7: novaedge.v1.VIPStatusResponse.ospf:type_name -> novaedge.v1.OSPFStatus
+	13, // 8: novaedge.v1.BGPStatus.peers:type_name -> novaedge.v1.BGPPeerStatus
+	14, // 9: novaedge.v1.BGPStatus.routes:type_name -> novaedge.v1.BGPRouteStatus
+	19, // 10: novaedge.v1.BFDStatus.sessions:type_name -> novaedge.v1.BFDSessionStatus
+	17, // 11: novaedge.v1.OSPFStatus.neighbors:type_name -> novaedge.v1.OSPFNeighborStatus
+	18, // 12: novaedge.v1.OSPFStatus.routes:type_name -> novaedge.v1.OSPFRouteStatus
+	0,  // 13: novaedge.v1.AgentAdmin.Status:input_type -> novaedge.v1.StatusRequest
+	1,  // 14: novaedge.v1.AgentAdmin.GetSnapshot:input_type -> novaedge.v1.GetSnapshotRequest
+	2,  // 15: novaedge.v1.AgentAdmin.ConfigErrors:input_type -> novaedge.v1.ConfigErrorsRequest
+	3,  // 16: novaedge.v1.AgentAdmin.Reload:input_type -> novaedge.v1.ReloadRequest
+	4,  // 17: novaedge.v1.AgentAdmin.VIPStatus:input_type -> novaedge.v1.VIPStatusRequest
+	5,  // 18: novaedge.v1.AgentAdmin.Status:output_type -> novaedge.v1.AgentStatus
+	21, // 19: novaedge.v1.AgentAdmin.GetSnapshot:output_type -> novaedge.v1.ConfigSnapshot
+	7,  // 20: novaedge.v1.AgentAdmin.ConfigErrors:output_type -> novaedge.v1.ConfigErrorsResponse
+	8,  // 21: novaedge.v1.AgentAdmin.Reload:output_type -> novaedge.v1.ReloadResponse
+	9,  // 22: novaedge.v1.AgentAdmin.VIPStatus:output_type -> novaedge.v1.VIPStatusResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_novaedge_v1_admin_proto_init() }
@@ -1655,7 +1960,7 @@ func file_novaedge_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_novaedge_v1_admin_proto_rawDesc), len(file_novaedge_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
