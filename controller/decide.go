@@ -188,6 +188,9 @@ type eligibility struct {
 	ready  map[string]bool
 	labels map[string]labels.Set
 	order  []string
+	// agents counts the Ready nodes that have an agent Lease, fresh or
+	// not: the electorate of probe verdicts.
+	agents int
 }
 
 func (d *decider) eligibility(w *world, now time.Time) eligibility {
@@ -203,8 +206,12 @@ func (d *decider) eligibility(w *world, now time.Time) eligibility {
 		if _, excluded := n.Labels[corev1.LabelNodeExcludeBalancers]; excluded {
 			continue
 		}
+		l := w.agentLeases[n.Name]
+		if l != nil {
+			e.agents++
+		}
 		// Alive (its Lease is fresh) and able to serve (it says so).
-		if l := w.agentLeases[n.Name]; l == nil || !lease.Fresh(l, now) || !lease.Healthy(l) {
+		if l == nil || !lease.Fresh(l, now) || !lease.Healthy(l) {
 			continue
 		}
 		e.ready[n.Name] = true

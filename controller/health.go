@@ -12,10 +12,13 @@ import (
 )
 
 // failingEndpoints are the endpoints ("address:port") that more than half
-// of the nodes able to serve report as failing their active health checks.
-// Deciding once, here, keeps every node's tables the same (a flow moved
-// by ECMP still finds its backend); a majority keeps one node's broken path
-// to a backend from taking it away from all.
+// of the Ready nodes running an agent report, through fresh Leases, as
+// failing their active health checks. Deciding once, here, keeps every
+// node's tables the same (a flow moved by ECMP still finds its backend); a
+// majority keeps one node's broken path to a backend from taking it away
+// from all. Agents whose Lease went stale count in the electorate but not as
+// reports: a moment's missed renewals must not hand the decision to the
+// few whose renewals got through (taking an endpoint out needs evidence).
 func failingEndpoints(w *world, elig eligibility) map[string]bool {
 	count := map[string]int{}
 	for _, node := range elig.order {
@@ -24,8 +27,9 @@ func failingEndpoints(w *world, elig eligibility) map[string]bool {
 		}
 	}
 	out := map[string]bool{}
+	electorate := max(elig.agents, len(elig.order))
 	for ep, n := range count {
-		if 2*n > len(elig.order) {
+		if 2*n > electorate {
 			out[ep] = true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,5 +81,43 @@ func TestUninvolvedNodesShareOneBuild(t *testing.T) {
 	full, _ := snapshot.Build(in, c.buildOptions("node-c", nil))
 	if snapshot.ForNode(base, baseCluster, "node-c").GetContentHash() == full.GetContentHash() {
 		t.Error("node-c's Local endpoints do not change its snapshot: the test proves nothing")
+	}
+}
+
+// TestFailingEndpointsElectorate: a verdict needs more than half of the
+// Ready nodes with an agent, whether or not their Lease is fresh at the
+// moment; stale Leases' reports do not count.
+func TestFailingEndpointsElectorate(t *testing.T) {
+	lease := func(failing string) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+		if failing != "" {
+			l.Annotations["novaedge.io/probe-failures"] = failing
+		}
+		return l
+	}
+	tests := []struct {
+		name    string
+		fresh   []string // eligible nodes (fresh, healthy)
+		agents  int      // Ready nodes with a Lease
+		reports map[string]string
+		want    []string
+	}{
+		{"two of three", []string{"a", "b", "c"}, 3, map[string]string{"a": "10.0.0.1:80", "b": "10.0.0.1:80"}, []string{"10.0.0.1:80"}},
+		{"one of three", []string{"a", "b", "c"}, 3, map[string]string{"a": "10.0.0.1:80"}, nil},
+		{"one of three, the two others' Leases late", []string{"a"}, 3, map[string]string{"a": "10.0.0.1:80"}, nil},
+		{"a single node decides alone", []string{"a"}, 1, map[string]string{"a": "10.0.0.1:80"}, []string{"10.0.0.1:80"}},
+		{"a stale report does not count", []string{"a", "b"}, 3, map[string]string{"a": "10.0.0.1:80", "c": "10.0.0.1:80"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &world{agentLeases: map[string]*coordinationv1.Lease{}}
+			for n, f := range tt.reports {
+				w.agentLeases[n] = lease(f)
+			}
+			got := failingEndpoints(w, eligibility{order: tt.fresh, agents: tt.agents})
+			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, tt.want) {
+				t.Errorf("failing = %v, want %v", keys, tt.want)
+			}
+		})
 	}
 }

@@ -107,6 +107,9 @@ const (
 // ProbeFailures returns the endpoints l's holder reports as failing its
 // health checks.
 func ProbeFailures(l *coordinationv1.Lease) []string {
+	if l == nil {
+		return nil
+	}
 	v := l.Annotations[AnnotationProbeFailures]
 	if v == "" {
 		return nil
