@@ -53,38 +53,7 @@ spec:
 // (stopped in t.Cleanup unless it already ended) and its admin socket.
 func startNodeAgent(t *testing.T, ns *frr.NetNS, bin, dir, node string) (*agentProc, string) {
 	t.Helper()
-	sock := filepath.Join(dir, "agent.sock")
-	a := &agentProc{log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = ns.Command(bin, "--standalone", "--config", filepath.Join(dir, "config.yaml"), "--node-name", node,
-		"--admin-socket", sock, "--metrics-addr", "", "--handoff-socket", "",
-		"--state-dir", filepath.Join(dir, "state"), "--fastpath", "off", "--bind-local-vips=false",
-		"--watch=false", "--log-level", "debug")
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start agent %s: %v", node, err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-a.exited:
-		default:
-			_ = a.cmd.Process.Signal(unix.SIGTERM)
-			select {
-			case <-a.exited:
-			case <-time.After(frr.HangGuard):
-				t.Errorf("agent %s did not stop on SIGTERM: killed", node)
-				_ = a.cmd.Process.Kill()
-				<-a.exited
-			}
-		}
-		if t.Failed() {
-			t.Logf("agent %s log:\n%s", node, a.log.String())
-		}
-	})
-	return a, sock
+	return runAgent(t, ns, bin, dir, node, node), filepath.Join(dir, "agent.sock")
 }
 
 // arpProber sends ARP requests for the VIP from the client's eth0 and

@@ -6,9 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -90,38 +88,7 @@ interface r-n
 // FRR in vtyDir with uplink n-r.
 func startOSPFAgent(t *testing.T, ns *frr.NetNS, bin, dir, vtyDir, name string) *agentProc {
 	t.Helper()
-	a := &agentProc{log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = ns.Command(bin, "--standalone", "--config", filepath.Join(dir, "config.yaml"), "--node-name", "node1",
-		"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--handoff-socket", "",
-		"--state-dir", filepath.Join(dir, "state"), "--fastpath", "off", "--bind-local-vips=false",
-		"--watch=false", "--log-level", "debug",
-		"--frr-vty-dir", vtyDir, "--frr-vtysh", frr.VtyshCmd, "--ospf-uplinks", "n-r")
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start agent %s: %v", name, err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-a.exited:
-		default:
-			_ = a.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-a.exited:
-			case <-time.After(frr.HangGuard):
-				t.Errorf("agent %s did not stop on SIGTERM: killed", name)
-				_ = a.cmd.Process.Kill()
-				<-a.exited
-			}
-		}
-		if t.Failed() {
-			t.Logf("agent %s log:\n%s", name, a.log.String())
-		}
-	})
-	return a
+	return runAgent(t, ns, bin, dir, "node1", name, "--frr-vty-dir", vtyDir, "--frr-vtysh", frr.VtyshCmd, "--ospf-uplinks", "n-r")
 }
 
 // ospfNeighborState is the state of the node's adjacency as the router

@@ -122,11 +122,21 @@ type agentProc struct {
 
 func startAgent(t *testing.T, ns *frr.NetNS, bin, dir, name string) *agentProc {
 	t.Helper()
+	return runAgent(t, ns, bin, dir, "node1", name)
+}
+
+// runAgent runs the agent binary in ns as node, in standalone mode on
+// dir/config.yaml, with its admin socket (dir/agent.sock) and state under
+// dir, plus extra flags. name labels it in failures. The process is stopped
+// in t.Cleanup unless it already ended, and its log shown if t failed.
+func runAgent(t *testing.T, ns *frr.NetNS, bin, dir, node, name string, extra ...string) *agentProc {
+	t.Helper()
 	a := &agentProc{log: &syncBuffer{}, exited: make(chan struct{})}
-	a.cmd = ns.Command(bin, "--standalone", "--config", filepath.Join(dir, "config.yaml"), "--node-name", "node1",
+	args := append([]string{"--standalone", "--config", filepath.Join(dir, "config.yaml"), "--node-name", node,
 		"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--handoff-socket", "",
 		"--state-dir", filepath.Join(dir, "state"), "--fastpath", "off", "--bind-local-vips=false",
-		"--watch=false", "--log-level", "debug")
+		"--watch=false", "--log-level", "debug"}, extra...)
+	a.cmd = ns.Command(bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start agent %s: %v", name, err)
