@@ -229,7 +229,10 @@ func writeVIPStatus(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error 
 				up++
 			}
 		}
-		p.printf("BFD: %d of %s up\n", up, plural(len(f.GetSessions()), "session"))
+		p.printf("BFD: %d of %s up (%s)\n", up, plural(len(f.GetSessions()), "session"), dash(f.GetSpeaker()))
+		if f.GetProblem() != "" {
+			p.printf("BFD problem: %s\n", f.GetProblem())
+		}
 	default:
 		p.println("BFD: not running")
 	}
@@ -326,16 +329,24 @@ func writeBFD(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if _, err := fmt.Fprintf(w, "Speaker: %s\n", dash(f.GetSpeaker())); err != nil {
+		return err
+	}
+	if f.GetProblem() != "" {
+		if _, err := fmt.Fprintf(w, "Problem: %s\n", f.GetProblem()); err != nil {
+			return err
+		}
+	}
 	p := &printer{w: tw}
-	p.println("PEER\tLOCAL\tSTATE\tREMOTE\tDIAG\tTX\tDETECT\tSINCE\tUPS\tDOWNS")
+	p.println("PEER\tLOCAL\tSTATE\tREMOTE\tDIAG\tTX\tDETECT\tSINCE\tUPS\tDOWNS\tC")
 	for _, s := range f.GetSessions() {
 		local := s.GetLocal()
 		if s.GetInterface() != "" {
 			local += "%" + s.GetInterface()
 		}
-		p.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.GetPeer(), local, s.GetState(), s.GetRemoteState(), s.GetDiag(),
+		p.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.GetPeer(), local, s.GetState(), s.GetRemoteState(), s.GetDiag(),
 			time.Duration(s.GetTxIntervalMs())*time.Millisecond, time.Duration(s.GetDetectionTimeMs())*time.Millisecond,
-			since(s.GetLastChangeUnixMs(), now), s.GetUps(), s.GetDowns())
+			since(s.GetLastChangeUnixMs(), now), s.GetUps(), s.GetDowns(), yesNo(s.GetControlPlaneIndependent()))
 	}
 	if p.err != nil {
 		return p.err

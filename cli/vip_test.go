@@ -56,8 +56,8 @@ func sampleVIPStatus() *pb.VIPStatusResponse {
 			},
 			Routes: []*pb.BGPRouteStatus{{Vip: "web", Prefix: "10.200.0.11/32", Communities: []string{"65000:100"}, HasMed: true, Med: 50}},
 		},
-		Bfd: &pb.BFDStatus{Running: true, Sessions: []*pb.BFDSessionStatus{
-			{Peer: "10.81.1.1", Local: "10.81.1.2", State: "Up", RemoteState: "Up", Diag: "NoDiagnostic", TxIntervalMs: 300, DetectionTimeMs: 900, Ups: 1},
+		Bfd: &pb.BFDStatus{Running: true, Speaker: "novaedge-bfdd /run/novaedge/bfd.sock", Problem: "session 10.81.9.1<-10.81.9.2: bind: cannot assign requested address", Sessions: []*pb.BFDSessionStatus{
+			{Peer: "10.81.1.1", Local: "10.81.1.2", State: "Up", RemoteState: "Up", Diag: "NoDiagnostic", TxIntervalMs: 300, DetectionTimeMs: 900, Ups: 1, ControlPlaneIndependent: true},
 		}},
 		Errors: []string{"vip bgp-web: bfd.echo_mode: echo mode is not supported"},
 	}
@@ -75,7 +75,7 @@ func TestVIPCommands(t *testing.T) {
 			"bgp-web  BGP    ANNOUNCE  10.200.0.10  -           no         yes  no healthy backend",
 			"L2: lease fresh for ", "5 gratuitous ARPs, 0 unsolicited NAs, 2 ARP replies",
 			"BGP: AS 65100, router ID 10.81.1.2; 1 of 2 peers established, 1 route announced\n",
-			"BFD: 1 of 1 session up\n",
+			"BFD: 1 of 1 session up (novaedge-bfdd /run/novaedge/bfd.sock)\nBFD problem: session 10.81.9.1<-10.81.9.2: bind: cannot assign requested address\n",
 			"Problems:\n  vip bgp-web: bfd.echo_mode: echo mode is not supported\n",
 		}},
 		{[]string{"vip", "status", "-o", "json"}, []string{`"vip": "l2-web"`, `"garps": "5"`, `"local_as": 65100`}},
@@ -89,7 +89,8 @@ func TestVIPCommands(t *testing.T) {
 		{[]string{"bgp", "peers", "-o", "json"}, []string{`"address": "10.81.1.1"`, `"shut_down": "BFD down"`}},
 		{[]string{"bgp", "routes"}, []string{"PREFIX          VIP  COMMUNITIES  LOCAL-PREF  MED\n", "10.200.0.11/32  web  65000:100    -           50\n"}},
 		{[]string{"bgp", "routes", "-o", "json"}, []string{`"prefix": "10.200.0.11/32"`}},
-		{[]string{"bfd"}, []string{"PEER       LOCAL      STATE  REMOTE  DIAG          TX     DETECT", "10.81.1.1  10.81.1.2  Up     Up      NoDiagnostic  300ms  900ms"}},
+		{[]string{"bfd"}, []string{"Speaker: novaedge-bfdd /run/novaedge/bfd.sock\nProblem: session 10.81.9.1<-10.81.9.2: bind",
+			"PEER       LOCAL      STATE  REMOTE  DIAG          TX     DETECT", "10.81.1.1  10.81.1.2  Up     Up      NoDiagnostic  300ms  900ms", "-      1    0      yes\n"}},
 		{[]string{"bfd", "-o", "json"}, []string{`"detection_time_ms": 900`}},
 	}
 	for _, tc := range tests {

@@ -83,6 +83,7 @@ type flags struct {
 	frrVtyDir     string
 	frrVtysh      string
 	ospfUplinks   []string
+	bfdSocket     string
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -100,7 +101,8 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 and compiles them, and switches the node's data planes to them as a whole:
 Local VIP addresses, the XDP fast path (L4 balancing in the kernel) and the Go
 proxy (HTTP, HTTPS, HTTP/3, and TCP, UDP and TLS listeners), and VIP
-announcement: L2ARP (ARP/NDP), BGP with BFD; OSPF is not supported yet.
+announcement: L2ARP (ARP/NDP), BGP with BFD (embedded, or in the node's
+long-lived novaedge-bfdd with --bfd-socket) and OSPF through FRR.
 
 Controller mode (--controller host:port) follows the NovaEdge controller: the
 agent subscribes for its node over gRPC with mutual TLS (ca.crt, tls.crt and
@@ -177,6 +179,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.Int32Var(&f.bgpListenPort, "bgp-listen-port", 0, "TCP port on which the BGP speaker accepts sessions; 0: none, the node opens every session itself and port 179 stays free")
 	fl.StringVar(&f.frrVtyDir, "frr-vty-dir", frr.DefaultSocketDir, "directory of FRR's vty sockets (vtysh --vty_socket): OSPF VIPs are announced by driving FRR's ospfd (and bfdd for BFD) there")
 	fl.StringVar(&f.frrVtysh, "frr-vtysh", "vtysh", "FRR's vtysh program (a name is looked up in $PATH), through which OSPF VIPs are configured")
+	fl.StringVar(&f.bfdSocket, "bfd-socket", "", "Unix socket of the node's novaedge-bfdd: BFD sessions run there and the BGP peers' outlive agent restarts (the routers keep the node's paths through graceful restart); empty: an embedded BFD speaker, whose sessions end with the agent")
 	fl.StringSliceVar(&f.ospfUplinks, "ospf-uplinks", nil, "interfaces facing the OSPF routers, for OSPF VIPs that name none (comma-separated or repeated); empty: the interface of the default route")
 	return cmd
 }
@@ -258,6 +261,8 @@ func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manage
 		FRRSocketDir:    f.frrVtyDir,
 		FRRVtysh:        f.frrVtysh,
 		OSPFUplinks:     f.ospfUplinks,
+		BFDSocket:       f.bfdSocket,
+		BFDClient:       fmt.Sprintf("novaedge-agent pid %d", os.Getpid()),
 		Registry:        reg,
 	})
 }

@@ -89,6 +89,13 @@ type SessionConfig struct {
 	EchoMode bool
 }
 
+// Normalized checks c and returns it with the defaults applied, as
+// AddSession would take it; the error names the field.
+func (c SessionConfig) Normalized() (SessionConfig, error) { return c.normalize() }
+
+// Key is the session's key.
+func (c SessionConfig) Key() SessionKey { return c.key() }
+
 // normalize checks c, applies defaults and returns the result.
 func (c SessionConfig) normalize() (SessionConfig, error) {
 	bad := func(format string, args ...any) error {

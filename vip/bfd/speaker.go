@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/novaedge/novaedge/vip/bfd/internal/sockopt"
+	"github.com/novaedge/novaedge/vip/internal/eventq"
 )
 
 // Options configure a [Speaker].
@@ -56,7 +57,7 @@ type Speaker struct {
 	sessions map[SessionKey]*session
 	draining map[SessionKey]*session
 	byDiscr  map[uint32]*session
-	subs     map[*subscriber]struct{}
+	subs     map[*eventq.Queue[StateChange]]struct{}
 	timer    Timer
 }
 
@@ -95,7 +96,7 @@ func NewSpeaker(opts Options) (*Speaker, error) {
 		sessions: make(map[SessionKey]*session),
 		draining: make(map[SessionKey]*session),
 		byDiscr:  make(map[uint32]*session),
-		subs:     make(map[*subscriber]struct{}),
+		subs:     make(map[*eventq.Queue[StateChange]]struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -307,9 +308,7 @@ func (s *Speaker) Sessions() []SessionState {
 			out = append(out, s.snapshot(sess))
 		}
 	})
-	slices.SortFunc(out, func(a, b SessionState) int {
-		return cmp.Or(a.Peer.Compare(b.Peer), a.Local.Compare(b.Local), cmp.Compare(a.Interface, b.Interface))
-	})
+	sortStates(out)
 	return out
 }
 
@@ -330,15 +329,43 @@ func (s *Speaker) Stats() Stats {
 // waits for a subscriber and no transition is lost; a subscriber must keep
 // reading or cancel. The channel is closed when the speaker closes.
 func (s *Speaker) Subscribe() (<-chan StateChange, func()) {
-	sub := newSubscriber()
+	sub := eventq.New[StateChange]()
 	if err := s.do(func() { s.subs[sub] = struct{}{} }); err != nil {
-		sub.end()
-		return sub.out, func() {}
+		sub.End()
+		return sub.Out(), func() {}
 	}
-	return sub.out, func() {
+	return sub.Out(), func() {
 		_ = s.do(func() { delete(s.subs, sub) })
-		sub.end()
+		sub.End()
 	}
+}
+
+// Watch is Subscribe together with the state of every session at the
+// moment the subscription starts, taken in one step: every change after the
+// returned states is on the channel, and none before them.
+func (s *Speaker) Watch() ([]SessionState, <-chan StateChange, func()) {
+	sub := eventq.New[StateChange]()
+	var states []SessionState
+	if err := s.do(func() {
+		s.subs[sub] = struct{}{}
+		for _, sess := range s.sessions {
+			states = append(states, s.snapshot(sess))
+		}
+	}); err != nil {
+		sub.End()
+		return nil, sub.Out(), func() {}
+	}
+	sortStates(states)
+	return states, sub.Out(), func() {
+		_ = s.do(func() { delete(s.subs, sub) })
+		sub.End()
+	}
+}
+
+func sortStates(states []SessionState) {
+	slices.SortFunc(states, func(a, b SessionState) int {
+		return cmp.Or(a.Peer.Compare(b.Peer), a.Local.Compare(b.Local), cmp.Compare(a.Interface, b.Interface))
+	})
 }
 
 func (s *Speaker) snapshot(sess *session) SessionState {
@@ -543,7 +570,7 @@ func (s *Speaker) note(sess *session, tr transition, now time.Time) {
 	s.log.Info("bfd session state changed", "session", ev.SessionKey, "from", ev.From, "to", ev.To,
 		"diag", ev.Diag, "remoteDiag", ev.RemoteDiag)
 	for sub := range s.subs {
-		sub.push(ev)
+		sub.Push(ev)
 	}
 }
 
@@ -589,67 +616,6 @@ func (s *Speaker) shutdown() {
 		s.closeSession(sess)
 	}
 	for sub := range s.subs {
-		sub.end()
-	}
-}
-
-// subscriber queues events for one subscription, so that the loop never
-// blocks on a slow reader.
-type subscriber struct {
-	out  chan StateChange
-	wake chan struct{}
-	done chan struct{}
-	once sync.Once
-
-	mu    sync.Mutex
-	queue []StateChange
-}
-
-func newSubscriber() *subscriber {
-	sub := &subscriber{
-		out:  make(chan StateChange),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
-	}
-	go sub.deliver()
-	return sub
-}
-
-func (sub *subscriber) push(ev StateChange) {
-	sub.mu.Lock()
-	sub.queue = append(sub.queue, ev)
-	sub.mu.Unlock()
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (sub *subscriber) end() { sub.once.Do(func() { close(sub.done) }) }
-
-func (sub *subscriber) deliver() {
-	defer close(sub.out)
-	for {
-		sub.mu.Lock()
-		var ev StateChange
-		have := len(sub.queue) > 0
-		if have {
-			ev = sub.queue[0]
-			sub.queue = sub.queue[1:]
-		}
-		sub.mu.Unlock()
-		if !have {
-			select {
-			case <-sub.wake:
-				continue
-			case <-sub.done:
-				return
-			}
-		}
-		select {
-		case sub.out <- ev:
-		case <-sub.done:
-			return
-		}
+		sub.End()
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/novaedge/novaedge/agent"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/vip/bfd"
+	"github.com/novaedge/novaedge/vip/bfdd"
 	"github.com/novaedge/novaedge/vip/bgp"
 	"github.com/novaedge/novaedge/vip/failover"
 	"github.com/novaedge/novaedge/vip/frr"
@@ -82,6 +83,24 @@ type Options struct {
 	// OSPFUplinks are the interfaces facing the routers for the OSPF VIPs
 	// that name none. Empty: the interface of the default route.
 	OSPFUplinks []string
+	// BFDSocket is the Unix socket of the node's novaedge-bfdd. Set, the
+	// BFD sessions run there: the BGP peers' with the C bit, so that they
+	// outlive this agent (a restart is not a node death to the routers),
+	// the L2 heartbeats without it. Empty: an embedded speaker, whose
+	// sessions end with the agent.
+	BFDSocket string
+	// BFDClient names this agent in novaedge-bfdd's log.
+	BFDClient string
+}
+
+// bfdSpeaker is what the manager needs of a BFD speaker: the embedded
+// *bfd.Speaker or a client of novaedge-bfdd.
+type bfdSpeaker interface {
+	AddSession(bfd.SessionConfig) (bfd.SessionKey, error)
+	RemoveSession(bfd.SessionKey) error
+	Sessions() []bfd.SessionState
+	Subscribe() (<-chan bfd.StateChange, func())
+	Close() error
 }
 
 // Manager is the "vip" applier. Its methods are safe for concurrent use.
@@ -122,7 +141,7 @@ type Manager struct {
 	bgpErr        string
 	derivedID     netip.Addr
 
-	bfd         *bfd.Speaker
+	bfd         bfdSpeaker
 	bfdErr      string
 	bfdSessions map[netip.Addr]bfd.SessionConfig
 	bfdStop     func()
@@ -497,8 +516,16 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 		}
 	}
 	m.bfdMu.Unlock()
+	if m.opts.BFDSocket != "" {
+		// The daemon outlives this agent: the BGP peers' sessions say so.
+		for peer := range bgpPeers {
+			cfg := want[peer]
+			cfg.ControlPlaneIndependent = true
+			want[peer] = cfg
+		}
+	}
 	if len(want) > 0 && m.bfd == nil {
-		sp, err := bfd.NewSpeaker(bfd.Options{Logger: m.log.With("component", "bfd")})
+		sp, err := m.newBFD()
 		if err != nil {
 			m.bfdErr = err.Error()
 			return append(problems, "bfd: "+err.Error()+"; BGP runs without BFD, and L2 VIPs without heartbeats (the assignment alone decides)")
@@ -549,15 +576,25 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 	return problems
 }
 
+// newBFD starts the embedded speaker or connects to novaedge-bfdd.
+func (m *Manager) newBFD() (bfdSpeaker, error) {
+	log := m.log.With("component", "bfd")
+	if m.opts.BFDSocket == "" {
+		return bfd.NewSpeaker(bfd.Options{Logger: log})
+	}
+	return bfdd.Dial(bfdd.ClientOptions{Socket: m.opts.BFDSocket, Name: m.opts.BFDClient, Logger: log})
+}
+
 func sameTimers(a, b bfd.SessionConfig) bool {
-	return a.DetectMultiplier == b.DetectMultiplier && a.DesiredMinTx == b.DesiredMinTx && a.RequiredMinRx == b.RequiredMinRx
+	return a.DetectMultiplier == b.DetectMultiplier && a.DesiredMinTx == b.DesiredMinTx && a.RequiredMinRx == b.RequiredMinRx &&
+		a.ControlPlaneIndependent == b.ControlPlaneIndependent
 }
 
 // startBFDEvents keeps the heartbeat state of L2 peers (and wakes the
 // failover loop), shuts a BGP peer down when its BFD session fails and
 // enables it again when the session is Up. It never takes mu: closeBFD
 // waits for it with mu held.
-func (m *Manager) startBFDEvents(sp *bfd.Speaker) {
+func (m *Manager) startBFDEvents(sp bfdSpeaker) {
 	ch, stop := sp.Subscribe()
 	done := make(chan struct{})
 	m.bfdStop, m.bfdDone = stop, done
@@ -614,8 +651,9 @@ func (m *Manager) enableAfterBFD(ctx context.Context, peer netip.Addr) {
 	}
 }
 
-// Close stops the lease renewal and the BFD speaker (its sessions go
-// AdminDown, which routers do not treat as a failure) and leaves the rest
+// Close stops the lease renewal and the BFD speaker (an embedded one takes
+// its sessions AdminDown; novaedge-bfdd keeps the BGP peers' sessions Up
+// for the next agent and takes only the L2 heartbeats down) and leaves the rest
 // to the end of the process: the BGP sessions close without a Cease
 // notification, so the routers keep this node's routes through graceful
 // restart, and the restart marker tells the next manager to ask for it.
@@ -631,7 +669,7 @@ func (m *Manager) Close() error {
 	}
 	m.closed = true
 	m.stopRenewal()
-	err := m.closeBFD()
+	err := m.closeBFD(false)
 	if m.bgp != nil {
 		m.writeMarker(len(m.bgpDesired.Peers) > 0)
 	}
@@ -649,7 +687,7 @@ func (m *Manager) Withdraw() error {
 	defer m.mu.Unlock()
 	m.closed = true
 	m.stopRenewal()
-	errs := []error{m.closeBFD()}
+	errs := []error{m.closeBFD(true)}
 	if m.bgp != nil {
 		errs = append(errs, m.bgp.Close())
 		m.bgp = nil
@@ -672,11 +710,21 @@ func (m *Manager) stopRenewal() {
 	}
 }
 
-func (m *Manager) closeBFD() error {
+// closeBFD stops the speaker; withdraw takes every session down first,
+// also those novaedge-bfdd would keep for the next agent.
+func (m *Manager) closeBFD(withdraw bool) error {
 	if m.bfd == nil {
 		return nil
 	}
-	err := m.bfd.Close()
+	var errs []error
+	if withdraw {
+		for _, cfg := range m.bfdSessions {
+			if err := m.bfd.RemoveSession(cfg.Key()); err != nil {
+				errs = append(errs, fmt.Errorf("bfd peer %s: %w", cfg.Peer, err))
+			}
+		}
+	}
+	err := errors.Join(append(errs, m.bfd.Close())...)
 	m.bfdStop()
 	<-m.bfdDone
 	m.bfd = nil

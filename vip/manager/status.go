@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/vip/bfd"
+	"github.com/novaedge/novaedge/vip/bfdd"
 	"github.com/novaedge/novaedge/vip/bgp"
 	"github.com/novaedge/novaedge/vip/l2"
 )
@@ -48,6 +49,9 @@ type BFDState struct {
 	// Error says why the speaker could not start.
 	Error    string
 	Sessions []bfd.SessionState
+	// Speaker is "embedded" or "novaedge-bfdd <socket>"; Problem what
+	// keeps the daemon's sessions from running.
+	Speaker, Problem string
 }
 
 // State is what the manager announces and how its protocols are doing.
@@ -90,6 +94,10 @@ func (m *Manager) State(ctx context.Context) State {
 	if m.bfd != nil {
 		st.BFD.Running = true
 		st.BFD.Sessions = m.bfd.Sessions()
+		st.BFD.Speaker = "embedded"
+		if c, ok := m.bfd.(*bfdd.Client); ok {
+			st.BFD.Speaker, st.BFD.Problem = "novaedge-bfdd "+c.Socket(), c.Problem()
+		}
 	}
 	if m.ospf != nil {
 		st.OSPF = m.ospfState(ctx, st.VIPs)
@@ -126,7 +134,7 @@ func StatusProto(st State) *pb.VIPStatusResponse {
 		Bgp: &pb.BGPStatus{
 			Running: st.BGP.Running, LocalAs: st.BGP.LocalAS, Restarting: st.BGP.Restarting, Error: st.BGP.Error,
 		},
-		Bfd:  &pb.BFDStatus{Running: st.BFD.Running, Error: st.BFD.Error},
+		Bfd:  &pb.BFDStatus{Running: st.BFD.Running, Error: st.BFD.Error, Speaker: st.BFD.Speaker, Problem: st.BFD.Problem},
 		Ospf: ospfStatusProto(st.OSPF),
 	}
 	if st.BGP.RouterID.IsValid() {
@@ -171,6 +179,7 @@ func StatusProto(st State) *pb.VIPStatusResponse {
 			TxIntervalMs:     uint32(s.TxInterval / time.Millisecond), DetectionTimeMs: uint32(s.DetectionTime / time.Millisecond),
 			LastChangeUnixMs: unixMillis(s.LastChange), Ups: s.Counters.Ups, Downs: s.Counters.Downs,
 			PacketsSent: s.Counters.PacketsSent, PacketsReceived: s.Counters.PacketsReceived,
+			ControlPlaneIndependent: s.Config.ControlPlaneIndependent,
 		})
 	}
 	return out

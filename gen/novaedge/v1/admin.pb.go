@@ -1242,8 +1242,14 @@ type BFDStatus struct {
 	// Running is true once a BFD-enabled BGP VIP started the speaker.
 	Running bool `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
 	// Why the speaker could not start (e.g. FRR's bfdd holds UDP 3784).
-	Error         string              `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Sessions      []*BFDSessionStatus `protobuf:"bytes,3,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Error    string              `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Sessions []*BFDSessionStatus `protobuf:"bytes,3,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Speaker is where the sessions run: "embedded" (in the agent; they end
+	// with it) or "novaedge-bfdd <socket>" (the node's long-lived daemon).
+	Speaker string `protobuf:"bytes,4,opt,name=speaker,proto3" json:"speaker,omitempty"`
+	// Problem keeps sessions from running while the speaker runs: the daemon
+	// out of reach, or sessions it rejected.
+	Problem       string `protobuf:"bytes,5,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,6 +1303,20 @@ func (x *BFDStatus) GetSessions() []*BFDSessionStatus {
 		return x.Sessions
 	}
 	return nil
+}
+
+func (x *BFDStatus) GetSpeaker() string {
+	if x != nil {
+		return x.Speaker
+	}
+	return ""
+}
+
+func (x *BFDStatus) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
 }
 
 // OSPFStatus is OSPF as the agent drives it in FRR (ospfd, and bfdd for
@@ -1583,8 +1603,10 @@ type BFDSessionStatus struct {
 	Downs            uint64 `protobuf:"varint,12,opt,name=downs,proto3" json:"downs,omitempty"`
 	PacketsSent      uint64 `protobuf:"varint,13,opt,name=packets_sent,json=packetsSent,proto3" json:"packets_sent,omitempty"`
 	PacketsReceived  uint64 `protobuf:"varint,14,opt,name=packets_received,json=packetsReceived,proto3" json:"packets_received,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The C bit we send: the session outlives the agent (novaedge-bfdd).
+	ControlPlaneIndependent bool `protobuf:"varint,15,opt,name=control_plane_independent,json=controlPlaneIndependent,proto3" json:"control_plane_independent,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *BFDSessionStatus) Reset() {
@@ -1715,6 +1737,13 @@ func (x *BFDSessionStatus) GetPacketsReceived() uint64 {
 	return 0
 }
 
+func (x *BFDSessionStatus) GetControlPlaneIndependent() bool {
+	if x != nil {
+		return x.ControlPlaneIndependent
+	}
+	return false
+}
+
 var File_novaedge_v1_admin_proto protoreflect.FileDescriptor
 
 const file_novaedge_v1_admin_proto_rawDesc = "" +
@@ -1828,11 +1857,13 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\x14has_local_preference\x18\x05 \x01(\bR\x12hasLocalPreference\x12)\n" +
 	"\x10local_preference\x18\x06 \x01(\rR\x0flocalPreference\x12\x17\n" +
 	"\ahas_med\x18\a \x01(\bR\x06hasMed\x12\x10\n" +
-	"\x03med\x18\b \x01(\rR\x03med\"v\n" +
+	"\x03med\x18\b \x01(\rR\x03med\"\xaa\x01\n" +
 	"\tBFDStatus\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\bR\arunning\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x129\n" +
-	"\bsessions\x18\x03 \x03(\v2\x1d.novaedge.v1.BFDSessionStatusR\bsessions\"\xbd\x02\n" +
+	"\bsessions\x18\x03 \x03(\v2\x1d.novaedge.v1.BFDSessionStatusR\bsessions\x12\x18\n" +
+	"\aspeaker\x18\x04 \x01(\tR\aspeaker\x12\x18\n" +
+	"\aproblem\x18\x05 \x01(\tR\aproblem\"\xbd\x02\n" +
 	"\n" +
 	"OSPFStatus\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\bR\arunning\x12\x1b\n" +
@@ -1855,7 +1886,7 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x12\n" +
 	"\x04area\x18\x03 \x01(\tR\x04area\x12\x12\n" +
-	"\x04cost\x18\x04 \x01(\rR\x04cost\"\xcb\x03\n" +
+	"\x04cost\x18\x04 \x01(\rR\x04cost\"\x87\x04\n" +
 	"\x10BFDSessionStatus\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05local\x18\x02 \x01(\tR\x05local\x12\x1c\n" +
@@ -1871,7 +1902,8 @@ const file_novaedge_v1_admin_proto_rawDesc = "" +
 	"\x03ups\x18\v \x01(\x04R\x03ups\x12\x14\n" +
 	"\x05downs\x18\f \x01(\x04R\x05downs\x12!\n" +
 	"\fpackets_sent\x18\r \x01(\x04R\vpacketsSent\x12)\n" +
-	"\x10packets_received\x18\x0e \x01(\x04R\x0fpacketsReceived2\xfd\x02\n" +
+	"\x10packets_received\x18\x0e \x01(\x04R\x0fpacketsReceived\x12:\n" +
+	"\x19control_plane_independent\x18\x0f \x01(\bR\x17controlPlaneIndependent2\xfd\x02\n" +
 	"\n" +
 	"AgentAdmin\x12>\n" +
 	"\x06Status\x12\x1a.novaedge.v1.StatusRequest\x1a\x18.novaedge.v1.AgentStatus\x12K\n" +
