@@ -498,6 +498,8 @@ func TestRejectedValues(t *testing.T) {
 		{"own agent secret while the controller creates it", []string{"tls.agentSecretName=my-cert"}, `tls.agentSecretName "my-cert" with tls.create=true`},
 		{"pull policy", []string{"image.pullPolicy=Sometimes"}, "at '/image/pullPolicy'"},
 		{"log level", []string{"logLevel=verbose"}, "at '/logLevel'"},
+		{"orphan timeout not a duration", []string{"bfd.orphanTimeout=soon"}, "at '/bfd/orphanTimeout'"},
+		{"relative FRR directory", []string{"agent.frrVtyDir=run/frr"}, "at '/agent/frrVtyDir'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderChart(t, testNamespace, tc.set...)
@@ -796,7 +798,7 @@ func TestRender(t *testing.T) {
 				}
 				wantKinds := []string{
 					"ClusterRole/novaedge-controller", "ClusterRoleBinding/novaedge-controller",
-					"ConfigMap/novaedge-agent-scripts", "DaemonSet/novaedge-agent", "Deployment/novaedge-controller",
+					"ConfigMap/novaedge-agent-scripts", "DaemonSet/novaedge-agent", "DaemonSet/novaedge-bfd", "Deployment/novaedge-controller",
 					"PodDisruptionBudget/novaedge-controller",
 					"Role/novaedge-agent", "Role/novaedge-controller", "RoleBinding/novaedge-agent", "RoleBinding/novaedge-controller",
 					"Service/novaedge-controller", "ServiceAccount/novaedge-agent", "ServiceAccount/novaedge-controller",
@@ -1021,13 +1023,14 @@ func commandFlags(t *testing.T, name string) map[string]bool {
 // binaries define, so a renamed flag breaks this test rather than the pods.
 func TestFlagsExist(t *testing.T) {
 	// Every optional flag the chart can pass appears in one of these.
-	renders := [][]string{nil, {"agent.interfaces={eth0}"}}
+	renders := [][]string{nil, {"agent.interfaces={eth0}", "agent.frrVtyDir=/var/run/frr"}}
 	for _, bin := range []struct {
 		command, container string
 		spec               func(t *testing.T, r *rendered) *corev1.PodSpec
 	}{
 		{"novaedge-agent", "agent", func(t *testing.T, r *rendered) *corev1.PodSpec { return &r.daemonSet(t).Spec.Template.Spec }},
 		{"novaedge-controller", "controller", func(t *testing.T, r *rendered) *corev1.PodSpec { return &r.deployment(t).Spec.Template.Spec }},
+		{"novaedge-bfdd", "bfd", func(t *testing.T, r *rendered) *corev1.PodSpec { return &r.bfdDaemonSet(t).Spec.Template.Spec }},
 	} {
 		t.Run(bin.command, func(t *testing.T) {
 			defined := commandFlags(t, bin.command)
