@@ -408,22 +408,25 @@ static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
 	return id ? *id : 0;
 }
 
-/* forward sends the packet of a VIP's flow to backend be the VIP's way. */
-static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const struct vip_info *vip, __u32 bid,
+/*
+ * forward sends the packet of a VIP's flow to backend be the VIP's way
+ * (fwd, gue_port: the VIP entry's forward and gue_port).
+ */
+static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, __u16 gue_port, __u32 bid,
 				   const struct backend *be, const struct node_config *cfg, __u16 nat_port,
 				   __u32 hash, __u64 now)
 {
 	__u8 src[16];
 	int len;
 
-	switch (vip->forward) {
+	switch (fwd) {
 	case FP_FWD_NAT:
 	case FP_FWD_NAT_KEEP_CLIENT:
 		if (be->family != p->key.family) {
 			count(FP_C_DROP_FAMILY);
 			return XDP_DROP;
 		}
-		if (vip->forward == FP_FWD_NAT_KEEP_CLIENT) {
+		if (fwd == FP_FWD_NAT_KEEP_CLIENT) {
 			copy16(src, p->key.src);
 			nat_port = p->key.sport;
 		} else if (node_addr(cfg, be->family, src)) {
@@ -445,7 +448,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, const stru
 		}
 		if (bench_miss_path)
 			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
-		len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
+		len = encap(ctx, p, be, src, fwd, gue_port, hash);
 		if (len < 0)
 			return XDP_DROP;
 		return send_backend(ctx, bid, be->family, be->addr, len, now);
@@ -614,7 +617,7 @@ static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
  * when the node has no address of the backend's family to SNAT to.
  */
 static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, const struct backend *be, __u32 bid,
-				__u32 hash)
+				__u32 hash, __u32 epoch)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 	struct ct_value nct = {};
@@ -638,6 +641,9 @@ static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, 
 	nct.vip_id = vip->id;
 	nct.nat_port = nat_port;
 	nct.hash = hash;
+	nct.forward = vip->forward;
+	nct.gue_port = vip->gue_port;
+	nct.vip_epoch = epoch;
 	nct.state = CT_OPEN;
 	/* A mid-flow packet (ECMP moved the flow here) is OPEN at once. */
 	if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_SYN) && !(p->tcp_flags & TCP_ACK))
@@ -647,31 +653,53 @@ static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, 
 	return nat_port;
 }
 
+/*
+ * handle_l4 forwards a TCP/UDP packet to a VIP. A packet of a tracked flow
+ * whose copy of its VIP entry is current (the epochs match) takes the VIP
+ * entry from conntrack; any other looks it up in fp_vips, as does every
+ * packet when the agent keeps no epoch.
+ */
 static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
 {
 	__u64 frame_len = ctx->data_end - ctx->data;
-	struct vip_info *vip = vip_lookup(&p->key);
+	/* Read before the VIP lookup: a copy made from it is then never newer than its epoch. */
+	__u32 epoch = cfg->vip_epoch;
+	struct vip_info *vip = 0;
 	struct backend *be = 0;
 	struct ct_value *ct;
 	__u16 nat_port = 0;
-	__u32 bid = 0, hash = 0;
+	__u32 bid = 0, hash = 0, vip_id;
+	__u16 gue_port;
 	__u64 now;
+	__u8 fwd;
 
-	if (!vip)
+	if (!maybe_vip(cfg, &p->key))
 		return nat_reply(ctx, p, cfg);
-	if (vip->forward == FP_FWD_PASS) {
-		count(FP_C_PASS_SLOW_PATH);
-		return XDP_PASS;
+	ct = bpf_map_lookup_elem(&fp_conntrack, &p->key);
+	if (ct && epoch && ct->vip_epoch == epoch) {
+		vip_id = ct->vip_id;
+		fwd = ct->forward;
+		gue_port = ct->gue_port;
+	} else {
+		vip = vip_lookup(&p->key);
+		if (!vip)
+			return nat_reply(ctx, p, cfg);
+		if (vip->forward == FP_FWD_PASS) {
+			count(FP_C_PASS_SLOW_PATH);
+			return XDP_PASS;
+		}
+		vip_id = vip->id;
+		fwd = vip->forward;
+		gue_port = vip->gue_port;
 	}
-	count_traffic(&fp_vip_stats, vip->id, frame_len);
+	count_traffic(&fp_vip_stats, vip_id, frame_len);
 	now = bpf_ktime_get_coarse_ns();
 
-	ct = bpf_map_lookup_elem(&fp_conntrack, &p->key);
 	if (ct) {
 		if (now - ct->last_seen > ct_timeout(cfg, p->key.proto, ct->state)) {
 			count(FP_C_CT_EXPIRED);
 			ct = 0;
-		} else if (ct->vip_id != vip->id) {
+		} else if (ct->vip_id != vip_id) {
 			/* The VIP was redefined under the same address. */
 			ct = 0;
 		} else {
@@ -688,6 +716,12 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 		count(FP_C_CT_HIT);
 		nat_port = ct->nat_port;
 		hash = ct->hash;
+		if (vip && epoch) {
+			/* Looked up: keep the copy for the flow's next packets. */
+			ct->forward = vip->forward;
+			ct->gue_port = vip->gue_port;
+			ct->vip_epoch = epoch;
+		}
 		if (p->key.proto == IPPROTO_TCP) {
 			__u8 f = p->tcp_flags;
 
@@ -715,6 +749,22 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			nat_touch(be, cfg, nat_port, p->key.proto, now);
 	} else {
 		count(FP_C_CT_MISS);
+		if (!vip) {
+			/*
+			 * The copy in an expired or stale entry was current, so
+			 * the lookup finds the same entry (unless the agent is
+			 * changing it right now).
+			 */
+			vip = vip_lookup(&p->key);
+			if (!vip)
+				return nat_reply(ctx, p, cfg);
+			if (vip->forward == FP_FWD_PASS) {
+				count(FP_C_PASS_SLOW_PATH);
+				return XDP_PASS;
+			}
+			fwd = vip->forward;
+			gue_port = vip->gue_port;
+		}
 		hash = pick_hash(vip, &p->key);
 		bid = maglev_pick(vip->id, hash);
 		be = bid ? bpf_map_lookup_elem(&fp_backends, &bid) : 0;
@@ -733,7 +783,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 				return XDP_DROP;
 			}
 		} else if (!bench_miss_path) {
-			int port = ct_create(p, vip, be, bid, hash);
+			int port = ct_create(p, vip, be, bid, hash, epoch);
 
 			if (port == -2) {
 				count(FP_C_DROP_NO_NODE_ADDR);
@@ -747,7 +797,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 		}
 	}
 	count_traffic(&fp_backend_stats, bid, frame_len);
-	return forward(ctx, p, vip, bid, be, cfg, nat_port, hash, now);
+	return forward(ctx, p, fwd, gue_port, bid, be, cfg, nat_port, hash, now);
 }
 
 /* echo_reply turns an ICMP / ICMPv6 echo request into its reply in place. */

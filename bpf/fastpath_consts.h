@@ -42,6 +42,13 @@
 #define MAX_TX_PORTS 64
 #endif
 
+/*
+ * Bits of the VIP prefilter (fp_vip_filter), a power of two; 64 Ki bits
+ * (8 KiB) keep false positives rare with thousands of VIP entries.
+ */
+#define VIP_FILTER_BITS 65536
+#define VIP_FILTER_WORDS (VIP_FILTER_BITS / 64)
+
 /* Source ports tried for one new SNAT mapping before giving up (counted). */
 #define NAT_PORT_TRIES 16
 

@@ -171,6 +171,47 @@ static __always_inline __u32 pick_hash(const struct vip_info *vip, const struct 
 }
 
 /*
+ * vip_filter_bit is the bit of fp_vip_filter for a TCP/UDP VIP entry; the
+ * agent computes the same (fastpath.VIPFilterBit). The address words are
+ * folded (an IPv4 address has three zero words), then mixed with the port,
+ * protocol and family by MurmurHash3's finaliser.
+ */
+static __always_inline __u32 vip_filter_bit(const __u8 *addr, __u8 family, __u16 port, __u8 proto)
+{
+	const __u32 *a = (const __u32 *)addr;
+	__u32 x = a[0] ^ a[1] ^ a[2] ^ a[3];
+
+	x = x * 0x9e3779b1U ^ (((__u32)port << 16) | ((__u32)proto << 8) | family);
+	x ^= x >> 16;
+	x *= 0x85ebca6bU;
+	x ^= x >> 13;
+	x *= 0xc2b2ae35U;
+	x ^= x >> 16;
+	return x & (VIP_FILTER_BITS - 1);
+}
+
+static __always_inline int vip_filter_has(__u32 bit)
+{
+	__u32 word = bit / 64;
+	__u64 *w = bpf_map_lookup_elem(&fp_vip_filter, &word);
+
+	return w && (*w & (1ULL << (bit % 64)));
+}
+
+/*
+ * maybe_vip is false when the prefilter proves that no TCP/UDP VIP entry
+ * (the port's or the whole VIP's) matches k; without the prefilter it is
+ * always true.
+ */
+static __always_inline int maybe_vip(const struct node_config *cfg, const struct flow_key *k)
+{
+	if (!(cfg->flags & FP_CFG_VIP_FILTER))
+		return 1;
+	return vip_filter_has(vip_filter_bit(k->dst, k->family, k->dport, k->proto)) ||
+	       vip_filter_has(vip_filter_bit(k->dst, k->family, 0, k->proto));
+}
+
+/*
  * parse_l4 reads ports and flags of the L4 header at off. An ICMP header is
  * read too (type and code), for echo and error handling. end is where the IP
  * packet ends by its own length: a header past it (in Ethernet padding) or

@@ -19,6 +19,20 @@ struct {
 	__type(value, struct vip_info);
 } fp_vips SEC(".maps");
 
+/*
+ * Prefilter of TCP/UDP traffic: bit vip_filter_bit(address, port, protocol)
+ * is set for every VIP entry (port 0 for a whole-VIP entry), read only when
+ * fp_config has FP_CFG_VIP_FILTER. A clear bit proves the packet is no
+ * VIP's; a set bit may be another's (a hash collision), so the VIP table
+ * still decides.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, VIP_FILTER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} fp_vip_filter SEC(".maps");
+
 /* The template of one VIP's Maglev table: slot → backend ID. */
 struct maglev_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

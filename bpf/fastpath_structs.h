@@ -115,9 +115,15 @@ enum ct_state {
 	CT_CLOSING = 3,
 };
 
-/* struct ct_value is a tracked flow: the backend chosen at its first packet. */
+/*
+ * struct ct_value is a tracked flow: the backend chosen at its first packet,
+ * and a copy of its VIP entry so that a packet of a tracked flow needs no
+ * VIP lookup. The copy is valid while vip_epoch equals node_config's
+ * vip_epoch (and is not 0): any change of the VIP entries bumps that, and
+ * the next packet of the flow looks its VIP up again.
+ */
 struct ct_value {
-	/* bpf_ktime_get_ns of the last packet (refreshed at most every second). */
+	/* bpf_ktime_get_coarse_ns of the last packet (refreshed at most every second). */
 	__u64 last_seen;
 	__u32 backend_id;
 	__u32 vip_id;
@@ -125,9 +131,15 @@ struct ct_value {
 	__u16 nat_port;
 	/* enum ct_state. */
 	__u8 state;
-	__u8 pad;
+	/* The VIP entry's enum fp_forward, as of vip_epoch. */
+	__u8 forward;
 	/* The flow hash, reused for tunnel entropy without rehashing. */
 	__u32 hash;
+	/* node_config's vip_epoch when forward and gue_port were copied; 0: never. */
+	__u32 vip_epoch;
+	/* The VIP entry's gue_port, as of vip_epoch. */
+	__u16 gue_port;
+	__u16 pad;
 };
 
 /* struct nat_value turns a backend's reply back into the VIP's. */
@@ -158,12 +170,23 @@ struct node_config {
 	__u32 udp_timeout;
 	/* enum fp_config_flags. */
 	__u32 flags;
+	/*
+	 * Bumped by the agent after every change of fp_vips, so that tracked
+	 * flows look their VIP up again (see struct ct_value); 0 turns the
+	 * copies in conntrack off (every packet looks its VIP up).
+	 */
+	__u32 vip_epoch;
 };
 
 /* Flags of struct node_config. */
 enum fp_config_flags {
 	/* Some VIP uses NAT: look replies up in fp_nat. */
 	FP_CFG_NAT = 1 << 0,
+	/*
+	 * fp_vip_filter holds a bit for every TCP/UDP VIP entry: a packet whose
+	 * bits are clear is no VIP's, without a VIP or conntrack lookup.
+	 */
+	FP_CFG_VIP_FILTER = 1 << 1,
 };
 
 /*

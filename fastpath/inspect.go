@@ -24,7 +24,7 @@ const DefaultPinRoot = "/sys/fs/bpf/novaedge"
 
 // Layout versions the pinned maps' shapes. An agent whose maps differ
 // pins under a new layout directory instead of reusing incompatible maps.
-const Layout = "v1"
+const Layout = "v2"
 
 // MapsDir returns the directory of the pinned maps under root.
 func MapsDir(root string) string { return filepath.Join(root, Layout, "maps") }

@@ -51,6 +51,8 @@ type Manager struct {
 	vipIDs   *idPool
 	beIDs    *idPool
 	node     fastpathbpf.FastpathNodeConfig
+	// filter is what fp_vip_filter holds.
+	filter *vipFilter
 }
 
 type installedVIP struct {
@@ -154,6 +156,11 @@ func (m *Manager) adopt() error {
 		return fmt.Errorf("read fp_config: %w", err)
 	}
 	m.node = cfg
+	f, err := readVIPFilter(m.objs.FpVipFilter)
+	if err != nil {
+		return err
+	}
+	m.filter = f
 	if len(m.vips)+len(m.backends) > 0 {
 		m.log.Info("adopted fast path state", "vips", len(m.vips), "backends", len(m.backends))
 	}
@@ -222,8 +229,22 @@ func (m *Manager) Apply(c Config) (ApplyResult, error) {
 		return res, err
 	}
 
-	// 1. Node settings first: a new NAT VIP needs the NAT flag and addresses.
+	// 1. The prefilter gains the new VIP entries' bits before they exist
+	// (it loses the removed ones' after they are gone). Node settings
+	// next: a new NAT VIP needs the NAT flag and addresses.
+	filter := new(vipFilter)
+	for _, p := range plan {
+		filter.set(p.key)
+	}
+	if wide := m.filter.union(filter); *wide != *m.filter {
+		if err := writeVIPFilter(m.objs.FpVipFilter, m.filter, wide); err != nil {
+			return res, err
+		}
+		m.filter = wide
+	}
 	node := nodeConfig(c)
+	node.Flags |= uint32(fastpathbpf.FastpathFpConfigFlagsFP_CFG_VIP_FILTER)
+	node.VipEpoch = m.node.VipEpoch
 	if node != m.node {
 		if err := m.objs.FpConfig.Put(uint32(0), &node); err != nil {
 			return res, fmt.Errorf("write fp_config: %w", err)
@@ -314,6 +335,27 @@ func (m *Manager) Apply(c Config) (ApplyResult, error) {
 			return res, fmt.Errorf("delete VIP address %s: %w", a, err)
 		}
 		delete(m.addrs, a)
+	}
+	if *filter != *m.filter {
+		if err := writeVIPFilter(m.objs.FpVipFilter, m.filter, filter); err != nil {
+			return res, err
+		}
+		m.filter = filter
+	}
+	// 6. A new epoch makes tracked flows look their VIP entries up again:
+	// their copies may be stale now. Written after every VIP change, and
+	// the program reads it before its lookup, so a copy tagged with it is
+	// never older than the entries it was taken from.
+	if res.VIPsAdded+res.VIPsUpdated+res.VIPsRemoved > 0 {
+		node := m.node
+		node.VipEpoch++
+		if node.VipEpoch == 0 {
+			node.VipEpoch = 1
+		}
+		if err := m.objs.FpConfig.Put(uint32(0), &node); err != nil {
+			return res, fmt.Errorf("write fp_config (VIP epoch): %w", err)
+		}
+		m.node = node
 	}
 	used := make(map[backendKey]bool)
 	for _, p := range plan {

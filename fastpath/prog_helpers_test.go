@@ -346,6 +346,13 @@ type progEnv struct {
 	t    testing.TB
 	net  *progNet
 	objs *Objects
+	// legacy keeps the prefilter and the VIP copies in conntrack off
+	// (FP_CFG_VIP_FILTER clear, vip_epoch 0), as a program without an
+	// agent runs; otherwise the env keeps them as the Manager does.
+	legacy bool
+	// cfg is the node configuration last written, epoch the last VIP epoch.
+	cfg   fpbpf.FastpathNodeConfig
+	epoch uint32
 }
 
 // progDefaultConfig is the node configuration every progEnv starts with.
@@ -364,6 +371,13 @@ var progSmallTables = LoadOptions{MaglevSize: 251, MaxVIPs: 64, MaxBackends: 256
 
 func newProgEnv(t testing.TB, n *progNet, opts LoadOptions) *progEnv {
 	t.Helper()
+	return newProgEnvMode(t, n, opts, false)
+}
+
+// newProgEnvMode is newProgEnv with the prefilter and the VIP copies off
+// when legacy is set.
+func newProgEnvMode(t testing.TB, n *progNet, opts LoadOptions, legacy bool) *progEnv {
+	t.Helper()
 	objs, err := Load(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -373,16 +387,24 @@ func newProgEnv(t testing.TB, n *progNet, opts LoadOptions) *progEnv {
 			t.Errorf("close the program's objects: %v", err)
 		}
 	})
-	e := &progEnv{t: t, net: n, objs: objs}
+	e := &progEnv{t: t, net: n, objs: objs, legacy: legacy}
 	e.setConfig(progDefaultConfig())
 	return e
 }
 
+// setConfig writes the node configuration; unless legacy, with the
+// prefilter on and a new VIP epoch, as the Manager would after a change.
 func (e *progEnv) setConfig(c fpbpf.FastpathNodeConfig) {
 	e.t.Helper()
+	if !e.legacy {
+		e.epoch++
+		c.Flags |= uint32(fpbpf.FastpathFpConfigFlagsFP_CFG_VIP_FILTER)
+		c.VipEpoch = e.epoch
+	}
 	if err := e.objs.FpConfig.Put(uint32(0), c); err != nil {
 		e.t.Fatalf("write fp_config: %v", err)
 	}
+	e.cfg = c
 }
 
 func progFamily(a netip.Addr) uint8 {
@@ -407,9 +429,21 @@ func (e *progEnv) addVIP(v progVIP) {
 	e.t.Helper()
 	k := fpbpf.FastpathVipKey{Addr: flowhash.Addr16(v.addr), Port: v.port, Proto: v.proto, Family: progFamily(v.addr)}
 	info := fpbpf.FastpathVipInfo{Id: v.id, Flags: v.flags, Forward: v.forward, GuePort: v.guePort}
+	if !e.legacy && v.proto != 0 {
+		// The filter bit first, the new epoch after, as the Manager does.
+		b := vipFilterBit(v.addr, v.port, v.proto)
+		var w uint64
+		if err := e.objs.FpVipFilter.Lookup(b/64, &w); err != nil {
+			e.t.Fatalf("read fp_vip_filter: %v", err)
+		}
+		if err := e.objs.FpVipFilter.Put(b/64, w|1<<(b%64)); err != nil {
+			e.t.Fatalf("write fp_vip_filter: %v", err)
+		}
+	}
 	if err := e.objs.FpVips.Put(k, info); err != nil {
 		e.t.Fatalf("write VIP %v: %v", v, err)
 	}
+	e.setConfig(e.cfg)
 }
 
 // addBackend installs an active backend.

@@ -348,30 +348,38 @@ func TestProgVerdicts(t *testing.T) {
 			want: xdpPass, counters: counts{cRX: 1, cPassMalformed: 1},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newProgEnv(t, n, progSmallTables)
-			if tc.setup != nil {
-				tc.setup(e)
+		// Every case as the agent runs the program (prefilter, VIP copies
+		// in conntrack) and without them.
+		for _, legacy := range []bool{false, true} {
+			name := tc.name
+			if legacy {
+				name += " (legacy)"
 			}
-			var frame []byte
-			if tc.raw != nil {
-				frame = tc.raw(t)
-			} else {
-				frame = tc.pkt.frame(t)
-			}
-			v, out := e.run(frame)
-			if v != tc.want {
-				t.Errorf("verdict %v, want %v", v, tc.want)
-			}
-			e.wantCounters(nil, tc.counters)
-			if tc.macs[0] != nil && len(out) >= 12 {
-				if got := net.HardwareAddr(out[0:6]); got.String() != tc.macs[0].String() {
-					t.Errorf("destination MAC %v, want %v", got, tc.macs[0])
+			t.Run(name, func(t *testing.T) {
+				e := newProgEnvMode(t, n, progSmallTables, legacy)
+				if tc.setup != nil {
+					tc.setup(e)
 				}
-				if got := net.HardwareAddr(out[6:12]); got.String() != tc.macs[1].String() {
-					t.Errorf("source MAC %v, want %v", got, tc.macs[1])
+				var frame []byte
+				if tc.raw != nil {
+					frame = tc.raw(t)
+				} else {
+					frame = tc.pkt.frame(t)
 				}
-			}
-		})
+				v, out := e.run(frame)
+				if v != tc.want {
+					t.Errorf("verdict %v, want %v", v, tc.want)
+				}
+				e.wantCounters(nil, tc.counters)
+				if tc.macs[0] != nil && len(out) >= 12 {
+					if got := net.HardwareAddr(out[0:6]); got.String() != tc.macs[0].String() {
+						t.Errorf("destination MAC %v, want %v", got, tc.macs[0])
+					}
+					if got := net.HardwareAddr(out[6:12]); got.String() != tc.macs[1].String() {
+						t.Errorf("source MAC %v, want %v", got, tc.macs[1])
+					}
+				}
+			})
+		}
 	}
 }

@@ -45,8 +45,11 @@ type FastpathCtValue struct {
 	VipId     uint32
 	NatPort   uint16
 	State     uint8
-	Pad       uint8
+	Forward   uint8
 	Hash      uint32
+	VipEpoch  uint32
+	GuePort   uint16
+	Pad       uint16
 }
 
 type FastpathFlowKey struct {
@@ -69,7 +72,8 @@ const (
 type FastpathFpConfigFlags uint32
 
 const (
-	FastpathFpConfigFlagsFP_CFG_NAT FastpathFpConfigFlags = 1
+	FastpathFpConfigFlagsFP_CFG_NAT        FastpathFpConfigFlags = 1
+	FastpathFpConfigFlagsFP_CFG_VIP_FILTER FastpathFpConfigFlags = 2
 )
 
 type FastpathFpCounter uint32
@@ -182,6 +186,7 @@ type FastpathNodeConfig struct {
 	TcpClosingTimeout uint32
 	UdpTimeout        uint32
 	Flags             uint32
+	VipEpoch          uint32
 }
 
 type FastpathScratch struct {
@@ -220,6 +225,7 @@ const (
 	FastpathMapFpNexthops        = "fp_nexthops"
 	FastpathMapFpScratch         = "fp_scratch"
 	FastpathMapFpTxPorts         = "fp_tx_ports"
+	FastpathMapFpVipFilter       = "fp_vip_filter"
 	FastpathMapFpVipStats        = "fp_vip_stats"
 	FastpathMapFpVips            = "fp_vips"
 	FastpathProgNovaedgeFastpath = "novaedge_fastpath"
@@ -287,6 +293,7 @@ type FastpathMapSpecs struct {
 	FpNexthops     *ebpf.MapSpec `ebpf:"fp_nexthops"`
 	FpScratch      *ebpf.MapSpec `ebpf:"fp_scratch"`
 	FpTxPorts      *ebpf.MapSpec `ebpf:"fp_tx_ports"`
+	FpVipFilter    *ebpf.MapSpec `ebpf:"fp_vip_filter"`
 	FpVipStats     *ebpf.MapSpec `ebpf:"fp_vip_stats"`
 	FpVips         *ebpf.MapSpec `ebpf:"fp_vips"`
 }
@@ -330,6 +337,7 @@ type FastpathMaps struct {
 	FpNexthops     *ebpf.Map `ebpf:"fp_nexthops"`
 	FpScratch      *ebpf.Map `ebpf:"fp_scratch"`
 	FpTxPorts      *ebpf.Map `ebpf:"fp_tx_ports"`
+	FpVipFilter    *ebpf.Map `ebpf:"fp_vip_filter"`
 	FpVipStats     *ebpf.Map `ebpf:"fp_vip_stats"`
 	FpVips         *ebpf.Map `ebpf:"fp_vips"`
 }
@@ -346,6 +354,7 @@ func (m *FastpathMaps) Close() error {
 		m.FpNexthops,
 		m.FpScratch,
 		m.FpTxPorts,
+		m.FpVipFilter,
 		m.FpVipStats,
 		m.FpVips,
 	)
