@@ -41,9 +41,13 @@
 //     one session per BGP peer of a VIP with BFD enabled, with the
 //     VIP's timers; a session that fails (Up to Down, not AdminDown) shuts
 //     the peer down ("BFD down") and enables it again when it is Up. The
-//     Go speaker does not run where another one (FRR's bfdd) holds UDP
-//     port 3784: that is reported in the status, and BGP runs without BFD
-//     and L2 VIPs without heartbeats (the assignment alone decides).
+//     speaker is FRR's bfdd where it runs (its vty socket is in
+//     [Options.FRRSocketDir]; the sessions are written as bfd peers through
+//     vtysh and read back every 100 ms, [frr.BFDPeers]), else the node's
+//     novaedge-bfdd ([Options.BFDSocket], [bfdd.Client]), else one embedded
+//     in the agent. With the first two the BGP peers' sessions outlive the
+//     agent (so its restart is not a node death to the routers) and the L2
+//     heartbeats end with it.
 //   - OSPF: one [frr.Driver] per node, started when the first OSPF
 //     assignment arrives, drives FRR's ospfd through vtysh
 //     ([Options.FRRSocketDir], [Options.FRRVtysh]); its reconcile loop runs

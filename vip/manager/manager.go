@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -516,8 +517,8 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 		}
 	}
 	m.bfdMu.Unlock()
-	if m.opts.BFDSocket != "" {
-		// The daemon outlives this agent: the BGP peers' sessions say so.
+	if m.opts.BFDSocket != "" || frr.BFDRunning(m.opts.FRRSocketDir) {
+		// The speaker outlives this agent: the BGP peers' sessions say so.
 		for peer := range bgpPeers {
 			cfg := want[peer]
 			cfg.ControlPlaneIndependent = true
@@ -576,9 +577,15 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 	return problems
 }
 
-// newBFD starts the embedded speaker or connects to novaedge-bfdd.
+// newBFD picks the node's one BFD speaker: FRR's bfdd where it runs (it
+// holds UDP 3784), else novaedge-bfdd when configured, else an embedded
+// one.
 func (m *Manager) newBFD() (bfdSpeaker, error) {
 	log := m.log.With("component", "bfd")
+	if frr.BFDRunning(m.opts.FRRSocketDir) {
+		log.Info("FRR's bfdd runs on this node: the BFD sessions run there", "vtyDir", cmp.Or(m.opts.FRRSocketDir, frr.DefaultSocketDir))
+		return frr.NewBFDPeers(frr.BFDOptions{SocketDir: m.opts.FRRSocketDir, Vtysh: m.opts.FRRVtysh, Logger: log})
+	}
 	if m.opts.BFDSocket == "" {
 		return bfd.NewSpeaker(bfd.Options{Logger: log})
 	}

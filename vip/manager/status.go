@@ -12,6 +12,7 @@ import (
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/vip/bfd"
 	"github.com/novaedge/novaedge/vip/bfdd"
+	"github.com/novaedge/novaedge/vip/frr"
 	"github.com/novaedge/novaedge/vip/bgp"
 	"github.com/novaedge/novaedge/vip/l2"
 )
@@ -95,8 +96,11 @@ func (m *Manager) State(ctx context.Context) State {
 		st.BFD.Running = true
 		st.BFD.Sessions = m.bfd.Sessions()
 		st.BFD.Speaker = "embedded"
-		if c, ok := m.bfd.(*bfdd.Client); ok {
+		switch c := m.bfd.(type) {
+		case *bfdd.Client:
 			st.BFD.Speaker, st.BFD.Problem = "novaedge-bfdd "+c.Socket(), c.Problem()
+		case *frr.BFDPeers:
+			st.BFD.Speaker = "FRR bfdd"
 		}
 	}
 	if m.ospf != nil {
