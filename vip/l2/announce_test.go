@@ -261,8 +261,17 @@ func TestAnnounceOnSegment(t *testing.T) {
 				t.Errorf("lo lacks %s:\n%s", want, lo)
 			}
 		}
-		if !strings.Contains(lo, "deprecated") || !strings.Contains(lo, "nodad") {
-			t.Errorf("the IPv6 vip on lo is not deprecated and nodad:\n%s", lo)
+		if !strings.Contains(lo, "deprecated") || !strings.Contains(lo, "nodad") || !strings.Contains(lo, "noprefixroute") {
+			t.Errorf("the IPv6 vip on lo is not deprecated, nodad and noprefixroute:\n%s", lo)
+		}
+		// No main-table route through lo: the main table must still lead
+		// to the VIP's segment (a restarted agent picks the interface by
+		// it). The local table's route makes the kernel accept the VIP.
+		if main := tb.node.ip(t, "-6", "route", "show", "table", "main", "fd00:db8:12::100"); main != "" {
+			t.Errorf("main-table route for the vip bound on lo: %q, want none", main)
+		}
+		if local := tb.node.ip(t, "-6", "route", "show", "table", "local", "fd00:db8:12::100"); !strings.Contains(local, "local fd00:db8:12::100 dev lo") {
+			t.Errorf("local-table route for the vip: %q, want local … dev lo", local)
 		}
 		if got := tb.node.cat(t, "/proc/sys/net/ipv4/conf/eth0/arp_ignore"); got != "1" {
 			t.Errorf("arp_ignore on eth0 = %s, want 1", got)

@@ -26,7 +26,12 @@ type binding struct {
 // it is already there (an adopted address is never removed). IPv6 addresses
 // skip duplicate address detection, which would otherwise keep them
 // tentative (unusable) for a second, and are deprecated, so that the kernel
-// never picks them as the source of its own packets.
+// never picks them as the source of its own packets. They get no prefix
+// route either: unlike an IPv4 /32, an IPv6 /128 would put a route through
+// lo into the main table, where it outranks the route of the VIP's subnet,
+// so a restarted agent (the VIP still on lo) would find the VIP's segment
+// through lo. The local table's route, which makes the kernel accept the
+// VIP's traffic, is added all the same.
 func (a *Announcer) bind(addr netip.Addr) error {
 	if b := a.bound[addr]; b != nil {
 		b.refs++
@@ -38,7 +43,7 @@ func (a *Announcer) bind(addr netip.Addr) error {
 	}
 	na := &netlink.Addr{IPNet: hostNet(addr)}
 	if addr.Is6() {
-		na.Flags = linux.FlagNoDAD
+		na.Flags = linux.FlagNoDAD | linux.FlagNoPrefixRoute
 		na.PreferedLft = 0
 		na.ValidLft = linux.InfiniteLifetime
 	}

@@ -26,7 +26,9 @@
 //     receiving interface, so a VIP on lo is already off its path. The VIP
 //     is added without duplicate address detection (nodad) and deprecated
 //     (preferred lifetime 0), so that source address selection never picks
-//     it for the kernel's own solicitations.
+//     it for the kernel's own solicitations, and without a prefix route
+//     (noprefixroute), so that the main table keeps leading to the VIP's
+//     segment rather than to lo.
 //
 // The agent answers instead, from user space, through AF_PACKET sockets on
 // the announce interface (one for ARP, one for IPv6 with a classic BPF

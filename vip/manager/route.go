@@ -38,6 +38,10 @@ func (hostRoutes) InterfaceFor(addr netip.Addr) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("list routes: %w", err)
 	}
+	loIndex := 0
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		loIndex = lo.Attrs().Index
+	}
 	best, bestBits := -1, -1
 	for _, r := range rs {
 		idx := r.LinkIndex
@@ -54,6 +58,12 @@ func (hostRoutes) InterfaceFor(addr netip.Addr) (string, error) {
 				continue
 			}
 			bits = p.Bits()
+			// The VIP's own host route through lo (the kernel adds one
+			// for an IPv6 /128 bound there without noprefixroute) says
+			// where it is bound, not where it is announced.
+			if idx == loIndex && bits == addr.BitLen() {
+				continue
+			}
 		}
 		if bits > bestBits {
 			best, bestBits = idx, bits

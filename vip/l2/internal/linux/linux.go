@@ -13,6 +13,11 @@ import (
 // address, so that it is usable as soon as it is added.
 const FlagNoDAD = unix.IFA_F_NODAD
 
+// FlagNoPrefixRoute asks the kernel not to add the route of an IPv6
+// address's prefix to the main table (a /128 on lo would otherwise get a
+// main-table route through lo).
+const FlagNoPrefixRoute = unix.IFA_F_NOPREFIXROUTE
+
 // InfiniteLifetime is the address lifetime (in seconds) the kernel reads as
 // "forever".
 const InfiniteLifetime = 0xffffffff
