@@ -12,8 +12,8 @@ import (
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/vip/bfd"
 	"github.com/novaedge/novaedge/vip/bfdd"
-	"github.com/novaedge/novaedge/vip/frr"
 	"github.com/novaedge/novaedge/vip/bgp"
+	"github.com/novaedge/novaedge/vip/frr"
 	"github.com/novaedge/novaedge/vip/l2"
 )
 
