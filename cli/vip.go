@@ -220,7 +220,7 @@ func writeVIPStatus(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error 
 	}
 	f := st.GetBfd()
 	switch {
-	case f.GetError() != "":
+	case !f.GetRunning() && f.GetError() != "":
 		p.printf("BFD: not running: %s\n", f.GetError())
 	case f.GetRunning():
 		up := 0
@@ -232,6 +232,9 @@ func writeVIPStatus(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error 
 		p.printf("BFD: %d of %s up (%s)\n", up, plural(len(f.GetSessions()), "session"), dash(f.GetSpeaker()))
 		if f.GetProblem() != "" {
 			p.printf("BFD problem: %s\n", f.GetProblem())
+		}
+		if f.GetError() != "" {
+			p.printf("BFD error: %s\n", f.GetError())
 		}
 	default:
 		p.println("BFD: not running")
@@ -320,7 +323,7 @@ func writeBGPRoutes(w io.Writer, st *pb.VIPStatusResponse, _ time.Time) error {
 
 func writeBFD(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error {
 	f := st.GetBfd()
-	if f.GetError() != "" {
+	if !f.GetRunning() && f.GetError() != "" {
 		_, err := fmt.Fprintf(w, "BFD is not running: %s\n", f.GetError())
 		return err
 	}
@@ -332,8 +335,11 @@ func writeBFD(w io.Writer, st *pb.VIPStatusResponse, now time.Time) error {
 	if _, err := fmt.Fprintf(w, "Speaker: %s\n", dash(f.GetSpeaker())); err != nil {
 		return err
 	}
-	if f.GetProblem() != "" {
-		if _, err := fmt.Fprintf(w, "Problem: %s\n", f.GetProblem()); err != nil {
+	for _, l := range []struct{ label, text string }{{"Problem", f.GetProblem()}, {"Error", f.GetError()}} {
+		if l.text == "" {
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "%s: %s\n", l.label, l.text); err != nil {
 			return err
 		}
 	}

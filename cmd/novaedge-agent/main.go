@@ -84,6 +84,7 @@ type flags struct {
 	frrVtysh      string
 	ospfUplinks   []string
 	bfdSocket     string
+	hbPort        uint16
 }
 
 // errFailed ends a run whose problem has been reported.
@@ -179,6 +180,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.Int32Var(&f.bgpListenPort, "bgp-listen-port", 0, "TCP port on which the BGP speaker accepts sessions; 0: none, the node opens every session itself and port 179 stays free")
 	fl.StringVar(&f.frrVtyDir, "frr-vty-dir", frr.DefaultSocketDir, "directory of FRR's vty sockets (vtysh --vty_socket): OSPF VIPs are announced by driving FRR's ospfd (and bfdd for BFD) there")
 	fl.StringVar(&f.frrVtysh, "frr-vtysh", "vtysh", "FRR's vtysh program (a name is looked up in $PATH), through which OSPF VIPs are configured")
+	fl.Uint16Var(&f.hbPort, "l2-heartbeat-port", manager.DefaultHeartbeatPort, "UDP port of the L2 heartbeats between agents (BFD control packets, kept off BFD's own ports so they never meet the node's BFD speaker for the routers); the same on every node")
 	fl.StringVar(&f.bfdSocket, "bfd-socket", "", "Unix socket of the node's novaedge-bfdd: BFD sessions run there and the BGP peers' outlive agent restarts (the routers keep the node's paths through graceful restart); empty: an embedded BFD speaker, whose sessions end with the agent")
 	fl.StringSliceVar(&f.ospfUplinks, "ospf-uplinks", nil, "interfaces facing the OSPF routers, for OSPF VIPs that name none (comma-separated or repeated); empty: the interface of the default route")
 	return cmd
@@ -230,6 +232,9 @@ func (f *flags) check() error {
 	if f.bgpListenPort < 0 || f.bgpListenPort > 65535 {
 		return usageErr{fmt.Errorf("--bgp-listen-port %d: must be 0-65535", f.bgpListenPort)}
 	}
+	if f.hbPort == 0 {
+		return usageErr{errors.New("--l2-heartbeat-port 0: must be 1-65535")}
+	}
 	if f.frrVtyDir == "" {
 		return usageErr{errors.New("--frr-vty-dir: must not be empty")}
 	}
@@ -262,6 +267,7 @@ func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manage
 		FRRVtysh:        f.frrVtysh,
 		OSPFUplinks:     f.ospfUplinks,
 		BFDSocket:       f.bfdSocket,
+		HeartbeatPort:   f.hbPort,
 		BFDClient:       fmt.Sprintf("novaedge-agent pid %d", os.Getpid()),
 		Registry:        reg,
 	})

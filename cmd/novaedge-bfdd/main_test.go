@@ -226,6 +226,7 @@ func TestDaemon(t *testing.T) {
 	first := dial(t, sock, "first agent")
 	add(t, first, session(peerC, true))
 	add(t, first, session(peerHB, false))
+	first.Ready()
 	frr.Eventually(t, "both of the peer's sessions Up", func() (bool, string) {
 		c, hb := p.state(t, peerC), p.state(t, peerHB)
 		return c.State == bfd.StateUp && hb.State == bfd.StateUp, fmt.Sprintf("router session %v, heartbeat %v; problem %q", c.State, hb.State, first.Problem())
@@ -261,7 +262,14 @@ func TestDaemon(t *testing.T) {
 	t.Run("the next agent adopts the session unchanged", func(t *testing.T) {
 		ch, stop := second.Subscribe()
 		defer stop()
+		// Not Ready: it does not attach, so the daemon never hears a set
+		// without the session it is about to adopt.
+		time.Sleep(time.Second)
+		if _, ok := daemonSession(t, second, peerC); !ok || !strings.Contains(second.Problem(), "not attached yet") {
+			t.Fatalf("before Ready: the daemon's session kept %v, problem %q", ok, second.Problem())
+		}
 		add(t, second, session(peerC, true))
+		second.Ready()
 		select {
 		case ev := <-ch:
 			if ev.Peer != peerC || ev.From != bfd.StateUp || ev.To != bfd.StateUp || !ev.At.Equal(before.LastChange) {
@@ -286,6 +294,7 @@ func TestDaemon(t *testing.T) {
 		third := dial(t, sock, "third agent")
 		add(t, third, session(peerC, true))
 		add(t, third, session(peerHB, false))
+		third.Ready()
 		frr.Eventually(t, "the second agent is told it was replaced", func() (bool, string) {
 			return strings.Contains(second.Problem(), "a newer agent attached"), second.Problem()
 		})
@@ -382,6 +391,7 @@ func TestDaemon(t *testing.T) {
 	t.Run("SIGTERM takes the sessions AdminDown", func(t *testing.T) {
 		agent := dial(t, sock, "last agent")
 		add(t, agent, session(peerC, true))
+		agent.Ready()
 		frr.Eventually(t, "router session Up again", func() (bool, string) {
 			st := p.state(t, peerC)
 			return st.State == bfd.StateUp, st.State.String()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/test/frr"
+	"github.com/novaedge/novaedge/vip/manager"
 )
 
 // The failover topology: one Ethernet segment (a bridge in its own
@@ -219,11 +221,12 @@ func onlyFromFor(t *testing.T, p *arpProber, mac, who string, d time.Duration) {
 	}
 }
 
-// dropBFD drops the BFD control packets ns sends (UDP to port 3784) with
-// nftables, until the returned function removes the table.
+// dropBFD drops the L2 heartbeats ns sends (BFD control packets to UDP
+// manager.DefaultHeartbeatPort) with nftables, until the returned function
+// removes the table.
 func dropBFD(t *testing.T, ns *frr.NetNS) func() {
 	t.Helper()
-	ns.Exec(t, "table inet "+foTable+" {\n chain out {\n  type filter hook output priority 0; policy accept;\n  udp dport 3784 drop\n }\n}\n", foNFTables, "-f", "-")
+	ns.Exec(t, "table inet "+foTable+" {\n chain out {\n  type filter hook output priority 0; policy accept;\n  udp dport "+strconv.Itoa(manager.DefaultHeartbeatPort)+" drop\n }\n}\n", foNFTables, "-f", "-")
 	removed := false
 	remove := func() {
 		if !removed {

@@ -29,6 +29,11 @@ type Options struct {
 	// where the host has it disabled). A session's Local address must be
 	// covered by one of them.
 	ListenAddrs []netip.Addr
+	// Port is the UDP port control packets are received on and sent to.
+	// Zero means Port (3784, RFC 5881); another one suits sessions between
+	// speakers that agree on it and must not meet other BFD speakers (the
+	// agents' L2 heartbeats).
+	Port uint16
 }
 
 // Speaker runs single-hop asynchronous BFD sessions (RFC 5880, RFC 5881).
@@ -38,6 +43,7 @@ type Options struct {
 type Speaker struct {
 	log   *slog.Logger
 	clock Clock
+	port  uint16
 	// jitter is the random source of transmission jitter.
 	jitter func() float64
 
@@ -88,6 +94,7 @@ func NewSpeaker(opts Options) (*Speaker, error) {
 	s := &Speaker{
 		log:      opts.Logger,
 		clock:    opts.Clock,
+		port:     cmp.Or(opts.Port, Port),
 		jitter:   rand.Float64,
 		ops:      make(chan func()),
 		rx:       make(chan rxPacket, 64),
@@ -111,7 +118,7 @@ func NewSpeaker(opts Options) (*Speaker, error) {
 	}
 	for _, a := range addrs {
 		a = a.Unmap()
-		l, err := listen(a)
+		l, err := listen(a, s.port)
 		if err != nil && optionalV6 && a.Is6() && sockopt.IsFamilyUnsupported(err) {
 			s.log.Warn("bfd: IPv6 unavailable, only IPv4 sessions possible", "error", err)
 			continue
@@ -121,9 +128,9 @@ func NewSpeaker(opts Options) (*Speaker, error) {
 				_ = l.conn.Close()
 			}
 			if sockopt.IsAddrInUse(err) {
-				return nil, fmt.Errorf("listen on %v port %d: taken by another BFD speaker (FRR's bfdd?); run one per network namespace: %w", a, Port, err)
+				return nil, fmt.Errorf("listen on %v port %d: taken by another BFD speaker (FRR's bfdd?); run one per network namespace: %w", a, s.port, err)
 			}
-			return nil, fmt.Errorf("listen on %v port %d: %w", a, Port, err)
+			return nil, fmt.Errorf("listen on %v port %d: %w", a, s.port, err)
 		}
 		s.listeners = append(s.listeners, l)
 	}
@@ -181,7 +188,7 @@ func (s *Speaker) AddSession(cfg SessionConfig) (SessionKey, error) {
 	if !slices.ContainsFunc(s.listeners, func(l *listener) bool { return l.covers(cfg.Local) }) {
 		return key, fmt.Errorf("%w: Local: %v is not covered by the speaker's listeners", ErrInvalidConfig, cfg.Local)
 	}
-	sess := &session{cfg: cfg, dst: netip.AddrPortFrom(cfg.Peer, Port), buf: make([]byte, 0, controlPacketLength)}
+	sess := &session{cfg: cfg, dst: netip.AddrPortFrom(cfg.Peer, s.port), buf: make([]byte, 0, controlPacketLength)}
 	if cfg.Interface != "" {
 		ifi, err := net.InterfaceByName(cfg.Interface)
 		if err != nil {
@@ -189,7 +196,7 @@ func (s *Speaker) AddSession(cfg SessionConfig) (SessionKey, error) {
 		}
 		sess.ifindex = ifi.Index
 		if cfg.Peer.IsLinkLocalUnicast() {
-			sess.dst = netip.AddrPortFrom(cfg.Peer.WithZone(cfg.Interface), Port)
+			sess.dst = netip.AddrPortFrom(cfg.Peer.WithZone(cfg.Interface), s.port)
 		}
 	}
 	sess.conn, sess.port, err = s.ports.openSender(cfg)

@@ -43,13 +43,13 @@ type received struct {
 	ttl      int
 }
 
-func listen(addr netip.Addr) (*listener, error) {
+func listen(addr netip.Addr, port uint16) (*listener, error) {
 	network := "udp4"
 	if addr.Is6() {
 		network = "udp6"
 	}
 	var lc net.ListenConfig
-	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(addr, Port).String())
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(addr, port).String())
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package bfd
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,5 +94,30 @@ func TestSpeakersOverVeth(t *testing.T) {
 	}
 	if s := spA.Stats(); s.DroppedTTL+s.DroppedMalformed+s.DroppedAuth != 0 {
 		t.Errorf("A dropped packets from a well-behaved peer: %+v", s)
+	}
+}
+
+// TestSpeakersOnTheirOwnPort: two pairs of speakers share the namespaces,
+// one pair on Port and one on another port (as the agents' L2 heartbeats
+// run beside the node's BFD speaker for the routers): both sessions come
+// Up, each on its own port, and neither pair hears the other.
+func TestSpeakersOnTheirOwnPort(t *testing.T) {
+	a, b := newTestNS(t), newTestNS(t)
+	link(t, a, "bfd-a", []string{"10.78.0.1/24"}, b, "bfd-b", []string{"10.78.0.2/24"})
+	const other = 3786
+	addr := netip.MustParseAddr
+	for _, port := range []uint16{0, other} {
+		spA, spB := a.startSpeaker(t, Options{Port: port}), b.startSpeaker(t, Options{Port: port})
+		evA, evB := watch(t, spA), watch(t, spB)
+		ka := a.addSession(t, spA, SessionConfig{Peer: addr("10.78.0.2"), Local: addr("10.78.0.1")})
+		kb := b.addSession(t, spB, SessionConfig{Peer: addr("10.78.0.1"), Local: addr("10.78.0.2")})
+		evA.until(ka, StateUp)
+		evB.until(kb, StateUp)
+		if s := spA.Stats(); s.DroppedNoSession != 0 {
+			t.Errorf("port %d: A got %d packets for no session of its own: the pairs hear each other", port, s.DroppedNoSession)
+		}
+	}
+	if out := a.exec(t, "", "ss", "-Hlun", "sport = :3786"); !strings.Contains(out, "0.0.0.0:3786") {
+		t.Errorf("nothing listens on UDP %d in A:\n%s", other, out)
 	}
 }

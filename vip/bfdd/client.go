@@ -56,6 +56,8 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	ready  chan struct{}
+	once   sync.Once
 
 	mu       sync.Mutex
 	desired  map[bfd.SessionKey]bfd.SessionConfig
@@ -68,9 +70,11 @@ type Client struct {
 	closed   bool
 }
 
-// Dial returns a client of the daemon at opts.Socket. It does not wait for
-// the daemon: sessions added before it answers are handed over when it
-// does.
+// Dial returns a client of the daemon at opts.Socket. It attaches only
+// after Ready: the daemon takes the first set it hears as the whole set, so
+// an agent that attached before it had added all its sessions would take
+// down the ones it was about to adopt. It does not wait for the daemon
+// either: sessions added before it answers are handed over when it does.
 func Dial(opts ClientOptions) (*Client, error) {
 	if opts.Socket == "" {
 		return nil, errors.New("bfd daemon socket: empty")
@@ -91,10 +95,11 @@ func Dial(opts ClientOptions) (*Client, error) {
 		conn:     conn,
 		rpc:      pb.NewBFDDaemonClient(conn),
 		done:     make(chan struct{}),
+		ready:    make(chan struct{}),
 		desired:  map[bfd.SessionKey]bfd.SessionConfig{},
 		waiters:  map[uint64]chan *pb.BFDApplied{},
 		rejected: map[bfd.SessionKey]string{},
-		problem:  "novaedge-bfdd at " + opts.Socket + ": not reached yet",
+		problem:  "novaedge-bfdd at " + opts.Socket + ": not attached yet",
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -288,9 +293,18 @@ func (c *Client) await(w chan *pb.BFDApplied, key bfd.SessionKey) string {
 	return ""
 }
 
+// Ready says the wanted set is complete: the client attaches (and from
+// then on hands over every change as it comes). Safe to call again.
+func (c *Client) Ready() { c.once.Do(func() { close(c.ready) }) }
+
 // run attaches to the daemon, again and again while the client lives.
 func (c *Client) run() {
 	defer close(c.done)
+	select {
+	case <-c.ready:
+	case <-c.ctx.Done():
+		return
+	}
 	for {
 		err := c.attachOnce()
 		if c.ctx.Err() != nil {

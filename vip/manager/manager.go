@@ -29,6 +29,11 @@ import (
 	"github.com/novaedge/novaedge/vip/local"
 )
 
+// DefaultHeartbeatPort is the UDP port of the L2 heartbeats: not BFD's
+// 3784, 3785 or 4784, which the node's BFD speaker for the routers (FRR's
+// bfdd among them) may hold.
+const DefaultHeartbeatPort = 3786
+
 // DefaultL2LeaseTTL is the L2 lease length when Options.L2LeaseTTL is zero.
 const DefaultL2LeaseTTL = 3 * time.Second
 
@@ -92,6 +97,10 @@ type Options struct {
 	BFDSocket string
 	// BFDClient names this agent in novaedge-bfdd's log.
 	BFDClient string
+	// HeartbeatPort is the UDP port of the L2 heartbeats between agents
+	// (BFD control packets, run by a speaker embedded in the agent), the
+	// same on every node. Zero means DefaultHeartbeatPort.
+	HeartbeatPort uint16
 }
 
 // bfdSpeaker is what the manager needs of a BFD speaker: the embedded
@@ -142,11 +151,9 @@ type Manager struct {
 	bgpErr        string
 	derivedID     netip.Addr
 
-	bfd         bfdSpeaker
-	bfdErr      string
-	bfdSessions map[netip.Addr]bfd.SessionConfig
-	bfdStop     func()
-	bfdDone     chan struct{}
+	// bgpBFD runs the BGP peers' sessions on the node's BFD speaker;
+	// hbBFD the L2 heartbeats, on a port of their own.
+	bgpBFD, hbBFD bfdSet
 	// bfdMu guards bfdDown, the peers BFD shut down, written by the event
 	// goroutine; bgpPeers and hbPeers, the sessions' purposes (BGP peer,
 	// L2 heartbeat); and hb, the heartbeat state of each L2 peer.
@@ -187,20 +194,21 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("router id %s: must be an IPv4 address", opts.RouterID)
 	}
 	m := &Manager{
-		opts:        opts,
-		log:         opts.Logger,
-		clock:       opts.Clock,
-		ttl:         opts.L2LeaseTTL,
-		routes:      hostRoutes{},
-		bfdSessions: map[netip.Addr]bfd.SessionConfig{},
-		bfdDown:     map[netip.Addr]bool{},
-		bgpPeers:    map[netip.Addr]bool{},
-		hbPeers:     map[netip.Addr]bool{},
-		hb:          map[netip.Addr]failover.Peer{},
-		hbAdded:     map[netip.Addr]time.Time{},
-		decisions:   map[string]bool{},
-		foWake:      make(chan struct{}, 1),
-		grace:       opts.L2FailoverGrace,
+		opts:      opts,
+		log:       opts.Logger,
+		clock:     opts.Clock,
+		ttl:       opts.L2LeaseTTL,
+		routes:    hostRoutes{},
+		bgpBFD:    bfdSet{kind: "bgp", sessions: map[netip.Addr]bfd.SessionConfig{}},
+		hbBFD:     bfdSet{kind: "heartbeat", sessions: map[netip.Addr]bfd.SessionConfig{}},
+		bfdDown:   map[netip.Addr]bool{},
+		bgpPeers:  map[netip.Addr]bool{},
+		hbPeers:   map[netip.Addr]bool{},
+		hb:        map[netip.Addr]failover.Peer{},
+		hbAdded:   map[netip.Addr]time.Time{},
+		decisions: map[string]bool{},
+		foWake:    make(chan struct{}, 1),
+		grace:     opts.L2FailoverGrace,
 	}
 	if m.grace == 0 {
 		m.grace = DefaultL2FailoverGrace
@@ -498,11 +506,8 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 	hbWant, _, hbProblems := m.heartbeatSessions()
 	problems = append(problems, hbProblems...)
 	hbPeers := map[netip.Addr]bool{}
-	for peer, cfg := range hbWant {
+	for peer := range hbWant {
 		hbPeers[peer] = true
-		if _, ok := want[peer]; !ok {
-			want[peer] = cfg
-		}
 	}
 	m.bfdMu.Lock()
 	m.bgpPeers, m.hbPeers = bgpPeers, hbPeers
@@ -519,39 +524,49 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 	m.bfdMu.Unlock()
 	if m.opts.BFDSocket != "" || frr.BFDRunning(m.opts.FRRSocketDir) {
 		// The speaker outlives this agent: the BGP peers' sessions say so.
-		for peer := range bgpPeers {
-			cfg := want[peer]
+		for peer, cfg := range want {
 			cfg.ControlPlaneIndependent = true
 			want[peer] = cfg
 		}
 	}
-	if len(want) > 0 && m.bfd == nil {
-		sp, err := m.newBFD()
+	problems = append(problems, m.reconcileBFD(ctx, &m.bgpBFD, want, m.newBFD)...)
+	return append(problems, m.reconcileBFD(ctx, &m.hbBFD, hbWant, m.newHeartbeatBFD)...)
+}
+
+// reconcileBFD makes set's sessions want, starting its speaker with start
+// when the first session is wanted.
+func (m *Manager) reconcileBFD(ctx context.Context, set *bfdSet, want map[netip.Addr]bfd.SessionConfig, start func() (bfdSpeaker, error)) []string {
+	var problems []string
+	if len(want) > 0 && set.sp == nil {
+		sp, err := start()
 		if err != nil {
-			m.bfdErr = err.Error()
-			return append(problems, "bfd: "+err.Error()+"; BGP runs without BFD, and L2 VIPs without heartbeats (the assignment alone decides)")
+			set.err = err.Error()
+			if set.kind == "bgp" {
+				return []string{"bfd: " + err.Error() + "; BGP runs without BFD"}
+			}
+			return []string{"l2 heartbeats: " + err.Error() + "; L2 VIPs run without heartbeats (the assignment alone decides)"}
 		}
-		m.bfd, m.bfdErr = sp, ""
-		m.startBFDEvents(sp)
+		set.sp, set.err = sp, ""
+		m.startBFDEvents(set)
 	}
-	if m.bfd == nil {
-		return problems
+	if set.sp == nil {
+		return nil
 	}
-	for peer, cur := range m.bfdSessions {
+	for peer, cur := range set.sessions {
 		w, ok := want[peer]
 		if ok && sameTimers(w, cur) && (!w.Local.IsValid() || w.Local == cur.Local) {
 			continue
 		}
-		if err := m.bfd.RemoveSession(bfd.SessionKey{Peer: cur.Peer, Local: cur.Local, Interface: cur.Interface}); err != nil {
+		if err := set.sp.RemoveSession(cur.Key()); err != nil {
 			problems = append(problems, fmt.Sprintf("bfd peer %s: remove session: %v", peer, err))
 		}
-		delete(m.bfdSessions, peer)
-		if !ok {
+		delete(set.sessions, peer)
+		if !ok && set.kind == "bgp" {
 			m.enableAfterBFD(ctx, peer)
 		}
 	}
 	for _, peer := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
-		if _, ok := m.bfdSessions[peer]; ok {
+		if _, ok := set.sessions[peer]; ok {
 			continue
 		}
 		cfg := want[peer]
@@ -563,23 +578,35 @@ func (m *Manager) applyBFD(ctx context.Context, c *compiled, d bgp.Desired) []st
 			}
 			cfg.Local = local
 		}
-		if _, err := m.bfd.AddSession(cfg); err != nil {
+		if _, err := set.sp.AddSession(cfg); err != nil {
 			problems = append(problems, fmt.Sprintf("bfd peer %s: %v", peer, err))
 			continue
 		}
-		m.bfdSessions[peer] = cfg
-		if hbPeers[peer] {
+		set.sessions[peer] = cfg
+		if set.kind == "heartbeat" {
+			added := m.clock.Now()
+			if m.answeringWithStandby(peer) {
+				// A standby (re)joining an active that answers: the
+				// active has nothing to wait for or hold down, it goes
+				// on answering (the zero time is "long ago").
+				added = time.Time{}
+			}
 			m.bfdMu.Lock()
-			m.hbAdded[peer] = m.clock.Now()
+			m.hbAdded[peer] = added
 			m.bfdMu.Unlock()
 		}
+	}
+	// A speaker that adopts the sessions of the agent before this one
+	// (novaedge-bfdd) must hear the whole set before it drops the rest.
+	if r, ok := set.sp.(interface{ Ready() }); ok {
+		r.Ready()
 	}
 	return problems
 }
 
-// newBFD picks the node's one BFD speaker: FRR's bfdd where it runs (it
-// holds UDP 3784), else novaedge-bfdd when configured, else an embedded
-// one.
+// newBFD picks the node's BFD speaker for the BGP peers: FRR's bfdd where
+// it runs (it holds UDP 3784), else novaedge-bfdd when configured, else an
+// embedded one.
 func (m *Manager) newBFD() (bfdSpeaker, error) {
 	log := m.log.With("component", "bfd")
 	if frr.BFDRunning(m.opts.FRRSocketDir) {
@@ -592,35 +619,60 @@ func (m *Manager) newBFD() (bfdSpeaker, error) {
 	return bfdd.Dial(bfdd.ClientOptions{Socket: m.opts.BFDSocket, Name: m.opts.BFDClient, Logger: log})
 }
 
+// answeringWithStandby reports whether this node answers, as the active,
+// for an L2 VIP whose first standby is at peer. Called with mu held.
+func (m *Manager) answeringWithStandby(peer netip.Addr) bool {
+	for _, p := range m.l2Plans {
+		if p.asg.Active == m.self && len(p.asg.Standbys) > 0 && p.peers[p.asg.Standbys[0]] == peer && m.decisions[p.vip] {
+			return true
+		}
+	}
+	return false
+}
+
+// newHeartbeatBFD starts the speaker of the L2 heartbeats: embedded, since
+// they must end with the agent that answers ARP/NDP, and on a port of their
+// own (Options.HeartbeatPort), so that they never meet the node's BFD
+// speaker for the routers, whichever it is.
+func (m *Manager) newHeartbeatBFD() (bfdSpeaker, error) {
+	return bfd.NewSpeaker(bfd.Options{Logger: m.log.With("component", "l2-heartbeat"), Port: m.heartbeatPort()})
+}
+
+func (m *Manager) heartbeatPort() uint16 { return cmp.Or(m.opts.HeartbeatPort, DefaultHeartbeatPort) }
+
 func sameTimers(a, b bfd.SessionConfig) bool {
 	return a.DetectMultiplier == b.DetectMultiplier && a.DesiredMinTx == b.DesiredMinTx && a.RequiredMinRx == b.RequiredMinRx &&
 		a.ControlPlaneIndependent == b.ControlPlaneIndependent
 }
 
-// startBFDEvents keeps the heartbeat state of L2 peers (and wakes the
-// failover loop), shuts a BGP peer down when its BFD session fails and
-// enables it again when the session is Up. It never takes mu: closeBFD
-// waits for it with mu held.
-func (m *Manager) startBFDEvents(sp bfdSpeaker) {
-	ch, stop := sp.Subscribe()
+// startBFDEvents follows set's sessions: a heartbeat's changes become the
+// state of its L2 peer (and wake the failover loop); a BGP peer's session
+// that fails shuts the peer down, and enables it again when it is Up. It
+// never takes mu: closeBFD waits for it with mu held.
+func (m *Manager) startBFDEvents(set *bfdSet) {
+	ch, stop := set.sp.Subscribe()
 	done := make(chan struct{})
-	m.bfdStop, m.bfdDone = stop, done
+	set.stop, set.done = stop, done
+	heartbeats := set.kind == "heartbeat"
 	go func() {
 		defer close(done)
 		for ev := range ch {
-			m.bfdMu.Lock()
-			isBGP, isHB := m.bgpPeers[ev.Peer], m.hbPeers[ev.Peer]
-			if isHB {
-				prev := m.hb[ev.Peer]
-				m.hb[ev.Peer] = heartbeat(prev, ev, m.hbAdded[ev.Peer].Add(heartbeatStartup))
-				if m.hb[ev.Peer].State != prev.State {
-					m.log.Info("l2 heartbeat", "peer", ev.Peer, "state", m.hb[ev.Peer].State.String(), "bfd", ev.To.String(), "diag", ev.Diag.String())
+			if heartbeats {
+				m.bfdMu.Lock()
+				if m.hbPeers[ev.Peer] {
+					prev := m.hb[ev.Peer]
+					m.hb[ev.Peer] = heartbeat(prev, ev, m.hbAdded[ev.Peer].Add(heartbeatStartup))
+					if m.hb[ev.Peer].State != prev.State {
+						m.log.Info("l2 heartbeat", "peer", ev.Peer, "state", m.hb[ev.Peer].State.String(), "bfd", ev.To.String(), "diag", ev.Diag.String())
+					}
 				}
-			}
-			m.bfdMu.Unlock()
-			if isHB {
+				m.bfdMu.Unlock()
 				m.wakeFailover()
+				continue
 			}
+			m.bfdMu.Lock()
+			isBGP := m.bgpPeers[ev.Peer]
+			m.bfdMu.Unlock()
 			if !isBGP {
 				continue
 			}
@@ -717,26 +769,41 @@ func (m *Manager) stopRenewal() {
 	}
 }
 
-// closeBFD stops the speaker; withdraw takes every session down first,
-// also those novaedge-bfdd would keep for the next agent.
+// closeBFD stops both speakers; withdraw takes every session down first,
+// also those a speaker outliving the agent would keep for the next one.
 func (m *Manager) closeBFD(withdraw bool) error {
-	if m.bfd == nil {
+	return errors.Join(m.bgpBFD.close(withdraw), m.hbBFD.close(withdraw))
+}
+
+// bfdSet is one BFD speaker and the sessions the manager runs on it, by
+// peer address.
+type bfdSet struct {
+	kind     string // "bgp" or "heartbeat"
+	sp       bfdSpeaker
+	err      string
+	sessions map[netip.Addr]bfd.SessionConfig
+	stop     func()
+	done     chan struct{}
+}
+
+func (s *bfdSet) close(withdraw bool) error {
+	if s.sp == nil {
 		return nil
 	}
 	var errs []error
 	if withdraw {
-		for _, cfg := range m.bfdSessions {
-			if err := m.bfd.RemoveSession(cfg.Key()); err != nil {
+		for _, cfg := range s.sessions {
+			if err := s.sp.RemoveSession(cfg.Key()); err != nil {
 				errs = append(errs, fmt.Errorf("bfd peer %s: %w", cfg.Peer, err))
 			}
 		}
 	}
-	err := errors.Join(append(errs, m.bfd.Close())...)
-	m.bfdStop()
-	<-m.bfdDone
-	m.bfd = nil
-	m.bfdSessions = map[netip.Addr]bfd.SessionConfig{}
-	return err
+	errs = append(errs, s.sp.Close())
+	s.stop()
+	<-s.done
+	s.sp = nil
+	s.sessions = map[netip.Addr]bfd.SessionConfig{}
+	return errors.Join(errs...)
 }
 
 type systemClock struct{}

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -76,7 +77,6 @@ func (m *Manager) State(ctx context.Context) State {
 		VIPs:     slices.Clone(m.vips),
 		Problems: slices.Clone(m.problems),
 		BGP:      BGPState{Error: m.bgpErr},
-		BFD:      BFDState{Error: m.bfdErr},
 	}
 	if m.l2 != nil {
 		st.L2, st.L2Lease = m.l2.Counters(), m.l2.Lease()
@@ -92,17 +92,30 @@ func (m *Manager) State(ctx context.Context) State {
 		}
 		st.BGP.Peers = peers
 	}
-	if m.bfd != nil {
-		st.BFD.Running = true
-		st.BFD.Sessions = m.bfd.Sessions()
-		st.BFD.Speaker = "embedded"
-		switch c := m.bfd.(type) {
+	var speakers, errs []string
+	if sp := m.bgpBFD.sp; sp != nil {
+		st.BFD.Sessions = append(st.BFD.Sessions, sp.Sessions()...)
+		name := "embedded"
+		switch c := sp.(type) {
 		case *bfdd.Client:
-			st.BFD.Speaker, st.BFD.Problem = "novaedge-bfdd "+c.Socket(), c.Problem()
+			name, st.BFD.Problem = "novaedge-bfdd "+c.Socket(), c.Problem()
 		case *frr.BFDPeers:
-			st.BFD.Speaker = "FRR bfdd"
+			name = "FRR bfdd"
 		}
+		speakers = append(speakers, name)
 	}
+	if sp := m.hbBFD.sp; sp != nil {
+		st.BFD.Sessions = append(st.BFD.Sessions, sp.Sessions()...)
+		speakers = append(speakers, fmt.Sprintf("L2 heartbeats: embedded, UDP %d", m.heartbeatPort()))
+	}
+	if m.bgpBFD.err != "" {
+		errs = append(errs, m.bgpBFD.err)
+	}
+	if m.hbBFD.err != "" {
+		errs = append(errs, "l2 heartbeats: "+m.hbBFD.err)
+	}
+	st.BFD.Running = len(speakers) > 0
+	st.BFD.Speaker, st.BFD.Error = strings.Join(speakers, "; "), strings.Join(errs, "; ")
 	if m.ospf != nil {
 		st.OSPF = m.ospfState(ctx, st.VIPs)
 	} else {
