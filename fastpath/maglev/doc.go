@@ -20,9 +20,11 @@
 // walked incrementally, in 64-bit fixed point: the position j is kept as
 // (off + j·skip)/M scaled by 2^64, so that the wrap around M is a free
 // integer overflow and a step is one addition; no per-backend M-sized
-// array is ever built. Once few slots are free, a claim scans them for the
-// one earliest in the claimant's permutation instead of walking to it;
-// both find the same slot, so the choice changes only the speed.
+// array is ever built. While between a quarter and 13/16 of the slots are
+// taken, a walk probes four positions at a time and takes the first free
+// one; once few slots are free, a claim scans them for the one earliest
+// in the claimant's permutation instead of walking to it. All find the
+// same slot, so the choice changes only the speed.
 //
 // # Quotas (weights)
 //

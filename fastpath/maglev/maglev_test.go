@@ -211,6 +211,68 @@ func TestBuildMatchesReference(t *testing.T) {
 	}
 }
 
+// TestWalkBatchMatchesWalk checks that walkBatch, which probes four
+// positions at a time, claims the same slots as walk and the plain
+// permutation and ends at the same position as walk, on tables filled to
+// several levels down to a single free slot.
+func TestWalkBatchMatchesWalk(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, m := range []uint32{2, 3, 7, 251, DefaultSize} {
+		for _, permille := range []uint32{0, 500, 900, 990, 1000} {
+			t.Run(fmt.Sprintf("M=%d/taken=%d‰", m, permille), func(t *testing.T) {
+				b, err := NewBuilder(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				free := max(m-uint32(uint64(m)*uint64(permille)/1000), 1)
+				used := make([]uint64, (m+63)/64)
+				for _, s := range r.Perm(int(m))[:m-free] {
+					used[s>>6] |= 1 << (s & 63)
+				}
+				claims := min(free, 3)
+				for range 20 {
+					off, skip := r.Uint32N(m), 1+r.Uint32N(max(m-1, 1))
+					q, step := b.fixedWalk(off, skip)
+					var want []uint32 // the first free slots along the permutation
+					for j := uint64(0); j < uint64(m) && uint32(len(want)) < claims; j++ {
+						s := (uint64(off) + j*uint64(skip)) % uint64(m)
+						if used[s>>6]&(1<<(s&63)) == 0 {
+							want = append(want, uint32(s))
+						}
+					}
+					type run struct {
+						name string
+						walk func(*filler, *walker, uint32)
+					}
+					var ends []uint64
+					for _, rn := range []run{{"walk", (*filler).walk}, {"walkBatch", (*filler).walkBatch}} {
+						f := filler{used: slices.Clone(used), out: make(Table, m), m: uint64(m)}
+						w := walker{q: q, s: step, id: 7}
+						rn.walk(&f, &w, claims)
+						var got []uint32
+						for s := range m {
+							if f.out[s] == 7 {
+								got = append(got, s)
+							}
+							if taken := f.used[s>>6]&(1<<(s&63)) != 0; taken != (used[s>>6]&(1<<(s&63)) != 0 || f.out[s] == 7) {
+								t.Fatalf("%s: slot %d marked taken=%v, but it was neither taken nor claimed", rn.name, s, taken)
+							}
+						}
+						slices.Sort(want)
+						if !slices.Equal(got, want) {
+							t.Fatalf("%s off %d skip %d: claimed %v, want %v", rn.name, off, skip, got, want)
+						}
+						ends = append(ends, w.q)
+					}
+					if ends[0] != ends[1] {
+						t.Fatalf("off %d skip %d: walk ends at %#x, walkBatch at %#x", off, skip, ends[0], ends[1])
+					}
+				}
+			})
+		}
+	}
+}
+
 func TestLookup(t *testing.T) {
 	tab, err := Build(backends(100, 0))
 	if err != nil {
@@ -569,8 +631,18 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := rand.New(rand.NewPCG(21, 22))
+	randomWeights := backends(1000, 0)
+	for i := range randomWeights {
+		randomWeights[i].Weight = 1 + r.Uint32N(1000)
+	}
+	reweighted := slices.Clone(base)
+	for i := 0; i < len(reweighted); i += 37 {
+		reweighted[i].Weight = uint32(i % 4) // 0 drains, 2 and 3 grow
+	}
 	cases := []struct {
 		name string
+		m    uint32 // 0: DefaultSize
 		prev Table
 		bs   []Backend
 	}{
@@ -578,10 +650,27 @@ func TestGolden(t *testing.T) {
 		{name: "weighted-257", bs: weighted},
 		{name: "lineage-remove-3", prev: prev, bs: base[3:]},
 		{name: "lineage-add-weighted", prev: prev, bs: append(slices.Clone(base), weighted[0:10:10]...)[10:]},
+		// Recorded before walkBatch was added, with the code of commit
+		// ba414b2: they pin the sizes the benchmarks use, small and odd
+		// table sizes, weights that make backends claim several slots a
+		// round, and lineage with weight changes.
+		{name: "equal-10", bs: backends(10, 0)},
+		{name: "equal-100", bs: backends(100, 7)},
+		{name: "random-weights-1000", bs: randomWeights},
+		{name: "m251-equal-10", m: 251, bs: backends(10, 0)},
+		{name: "m1009-weighted-257", m: 1009, bs: weighted},
+		{name: "m4099-random-weights-300", m: 4099, bs: randomWeights[:300]},
+		{name: "m16777213-equal-100", m: 16777213, bs: backends(100, 0)},
+		{name: "lineage-reweight", prev: prev, bs: reweighted},
+		{name: "lineage-remove-100", prev: prev, bs: base[100:]},
 	}
 	var got bytes.Buffer
 	for _, c := range cases {
-		tab, err := BuildFrom(c.prev, c.bs)
+		bld, err := NewBuilder(c.m)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		tab, err := bld.BuildFrom(c.prev, c.bs)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
