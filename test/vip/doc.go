@@ -24,6 +24,19 @@
 // reports its BFD session down with "control detection time expired" and
 // removes only that node's path, which comes back when the silence ends.
 //
+// TestBFDDaemonAgentRestart runs novaedge-bfdd beside each agent: SIGTERM
+// and SIGKILL of an agent leave FRR's BFD session Up (no down event) and
+// both ECMP paths installed; a silenced node still loses its path.
+// TestAgentUsesFRRsBFDD puts FRR's bfdd on the node: the agent's session is
+// a bfd peer there, followed through a silence and kept across a restart.
+// TestAgentIPv6 covers /128 and dual-stack BGP VIPs over IPv6 and IPv4
+// sessions and an IPv6 L2 VIP (unsolicited NA, NDP resolution, unicast NUD
+// probes, graceful restart, an upgrade over an old binding).
+// TestControllerFailover runs the controller and two agents in controller
+// mode against a real kube-apiserver (envtest) and checks the takeover by
+// heartbeats, the controller's promotion and the killed node's return as
+// standby, with exactly one MAC answering throughout.
+//
 // The tests need root, iproute2, nftables and FRR; it fails, never skips, saying what
 // to install. Everything is cleaned up by test/frr (namespaces, daemons) and
 // by the test (the agent processes, by pid).

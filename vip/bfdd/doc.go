@@ -18,9 +18,9 @@
 //     restart. A node that dies takes the daemon with it, and the router
 //     sees that within the detection time. If no agent comes back within
 //     the orphan timeout, the daemon takes them AdminDown.
-//   - Sessions without it (the L2 heartbeats between agents: the agent
-//     itself answers ARP and NDP for its VIPs) are taken AdminDown as soon
-//     as their agent detaches, so that its standby takes over at once.
+//   - Sessions without it depend on their agent and are taken AdminDown as
+//     soon as it detaches. (The agents' L2 heartbeats do not come here:
+//     they run on a port of their own in a speaker inside the agent.)
 //
 // One agent is attached at a time; a newer one (an upgrade starting while
 // the old agent drains) replaces the older.
