@@ -31,7 +31,7 @@ help: ## list the targets
 deps: ## install missing Debian packages and build the pinned Go tools into bin/tools
 	@hack/install-deps.sh
 
-build: ## build bin/novaedge-controller, bin/novaedge-agent, bin/novaedgectl
+build: ## build bin/novaedge-controller, bin/novaedge-agent, bin/novaedge-bfdd, bin/novaedgectl
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/...
 
 generate: deps ## regenerate deepcopy (api/), CRDs (deploy/crds), protobuf/gRPC (gen/) and go:generate output
