@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -39,37 +36,10 @@ const (
 	mult     = 5
 )
 
-func buildDaemon(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "novaedge-bfdd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startDaemon runs the binary in ns and stops it (SIGTERM) at the end.
-func startDaemon(t *testing.T, ns *frr.NetNS, bin string, args ...string) (*exec.Cmd, *syncBuffer) {
+func startDaemon(t *testing.T, ns *frr.NetNS, bin string, args ...string) (*exec.Cmd, *frr.SyncBuffer) {
 	t.Helper()
-	var out syncBuffer
+	var out frr.SyncBuffer
 	cmd := ns.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -101,33 +71,9 @@ type peer struct {
 	evs []bfd.StateChange
 }
 
-// inNS runs f on an OS thread inside ns, where the sockets it opens stay.
-// The thread is never unlocked, so the runtime ends it with the goroutine.
-func inNS(t *testing.T, ns *frr.NetNS, f func() error) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(ns.Name)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer func() { _ = h.Close() }()
-		if err := netns.Set(h); err != nil {
-			done <- err
-			return
-		}
-		done <- f()
-	}()
-	if err := <-done; err != nil {
-		t.Fatalf("in %s: %v", ns.Name, err)
-	}
-}
-
 func newPeer(t *testing.T, ns *frr.NetNS) *peer {
 	p := &peer{ns: ns}
-	inNS(t, ns, func() error {
+	ns.Do(t, func() error {
 		sp, err := bfd.NewSpeaker(bfd.Options{ListenAddrs: []netip.Addr{netip.IPv4Unspecified()}})
 		if err != nil {
 			return err
@@ -215,7 +161,7 @@ func daemonSession(t *testing.T, c *bfdd.Client, peerAddr netip.Addr) (bfd.Sessi
 // the field named.
 func TestDaemon(t *testing.T) {
 	frr.RequireRoot(t)
-	bin := buildDaemon(t)
+	bin := frr.BuildCommand(t, "github.com/novaedge/novaedge/cmd/novaedge-bfdd")
 	dns := frr.NewNetNS(t, "nebfdd-d")
 	pns := frr.NewNetNS(t, "nebfdd-p")
 	frr.Link(t, dns, "d-p", []string{nodeAddr.String() + "/24"}, pns, "p-d", []string{peerC.String() + "/24", peerHB.String() + "/24"})

@@ -20,7 +20,7 @@ type Router struct {
 	// Dir holds the configuration files, pid files, the zserv socket and
 	// the vty sockets (vtysh --vty_socket Dir).
 	Dir  string
-	logs map[string]*syncBuffer
+	logs map[string]*SyncBuffer
 	// procs are the running daemons by name, for Restart.
 	procs    map[string]*proc
 	uid, gid int
@@ -45,18 +45,21 @@ type Daemon struct {
 	Args []string
 }
 
-type syncBuffer struct {
+// SyncBuffer collects a process's output; safe for concurrent use.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write implements io.Writer.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -88,7 +91,7 @@ func Start(t testing.TB, ns *NetNS, daemons ...Daemon) *Router {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &Router{NS: ns, Dir: dir, logs: map[string]*syncBuffer{}, procs: map[string]*proc{}, uid: uid, gid: gid, owner: t}
+	r := &Router{NS: ns, Dir: dir, logs: map[string]*SyncBuffer{}, procs: map[string]*proc{}, uid: uid, gid: gid, owner: t}
 	for _, d := range daemons {
 		r.start(t, d, uid, gid)
 	}
@@ -115,7 +118,7 @@ func (r *Router) start(t testing.TB, d Daemon, uid, gid int) {
 		"--log", "stdout",
 	}
 	args = append(args, d.Args...)
-	log := &syncBuffer{}
+	log := &SyncBuffer{}
 	r.logs[d.Name] = log
 	cmd := r.NS.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log

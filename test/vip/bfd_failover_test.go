@@ -131,24 +131,17 @@ func silence(t *testing.T, ns *frr.NetNS) func() {
 	return remove
 }
 
-// TestBFDFailover: two agents announce one BGP VIP to FRR with BFD; FRR
-// installs both paths and its BFD sessions to both are Up. Silencing
-// node-b (all its packets dropped, the agent still running) makes FRR's
-// bfdd declare the session down on detection time expiry and remove
-// node-b's path, keeping node-a's; ending the silence brings the session
-// and the path back.
-func TestBFDFailover(t *testing.T) {
-	frr.RequireRoot(t)
-	frr.RequireTool(t, foNFTables, "nftables")
-	frr.RequireTool(t, filepath.Join(frr.DaemonDir, "bfdd"), "frr")
-	bin := buildAgent(t)
-
-	sw := frr.NewNetNS(t, "nebf-sw")
+// bfdTopology builds the BFD failover topology, its namespaces named from
+// prefix, and starts FRR (zebra, bfdd, bgpd) on the router. It returns the
+// router and the namespaces of node-a and node-b.
+func bfdTopology(t *testing.T, prefix string) (*frr.Router, *frr.NetNS, *frr.NetNS) {
+	t.Helper()
+	sw := frr.NewNetNS(t, prefix+"-sw")
 	sw.IP(t, "link", "add", "br0", "type", "bridge")
 	sw.IP(t, "link", "set", "br0", "up")
-	rns := frr.NewNetNS(t, "nebf-r")
-	nsA := frr.NewNetNS(t, "nebf-a")
-	nsB := frr.NewNetNS(t, "nebf-b")
+	rns := frr.NewNetNS(t, prefix+"-r")
+	nsA := frr.NewNetNS(t, prefix+"-a")
+	nsB := frr.NewNetNS(t, prefix+"-b")
 	for _, n := range []struct {
 		ns   *frr.NetNS
 		port string
@@ -162,6 +155,22 @@ func TestBFDFailover(t *testing.T) {
 		frr.Daemon{Name: "bfdd", Config: bfdProfileConfig},
 		frr.Daemon{Name: "bgpd", Config: bfdRouterConfig(), Args: []string{"-p", "179"}},
 	)
+	return router, nsA, nsB
+}
+
+// TestBFDFailover: two agents announce one BGP VIP to FRR with BFD; FRR
+// installs both paths and its BFD sessions to both are Up. Silencing
+// node-b (all its packets dropped, the agent still running) makes FRR's
+// bfdd declare the session down on detection time expiry and remove
+// node-b's path, keeping node-a's; ending the silence brings the session
+// and the path back.
+func TestBFDFailover(t *testing.T) {
+	frr.RequireRoot(t)
+	frr.RequireTool(t, foNFTables, "nftables")
+	frr.RequireTool(t, filepath.Join(frr.DaemonDir, "bfdd"), "frr")
+	bin := buildAgent(t)
+
+	router, nsA, nsB := bfdTopology(t, "nebf")
 	for _, n := range []struct {
 		ns   *frr.NetNS
 		name string

@@ -3,7 +3,6 @@ package vip
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,22 +16,11 @@ import (
 	"github.com/novaedge/novaedge/test/frr"
 )
 
-// buildBFDD builds novaedge-bfdd for the test.
-func buildBFDD(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "novaedge-bfdd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/novaedge/novaedge/cmd/novaedge-bfdd").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build novaedge-bfdd: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // runBFDD runs novaedge-bfdd in ns on sock until the end of the test.
 func runBFDD(t *testing.T, ns *frr.NetNS, bin, sock, name string) {
 	t.Helper()
 	cmd := ns.Command(bin, "--socket", sock, "--log-level", "debug")
-	w := &syncBuffer{}
+	w := &frr.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start novaedge-bfdd %s: %v", name, err)
@@ -85,27 +73,9 @@ func TestBFDDaemonAgentRestart(t *testing.T) {
 	frr.RequireRoot(t)
 	frr.RequireTool(t, foNFTables, "nftables")
 	frr.RequireTool(t, filepath.Join(frr.DaemonDir, "bfdd"), "frr")
-	bin, bfddBin := buildAgent(t), buildBFDD(t)
+	bin, bfddBin := buildAgent(t), frr.BuildCommand(t, "github.com/novaedge/novaedge/cmd/novaedge-bfdd")
 
-	sw := frr.NewNetNS(t, "nebd-sw")
-	sw.IP(t, "link", "add", "br0", "type", "bridge")
-	sw.IP(t, "link", "set", "br0", "up")
-	rns := frr.NewNetNS(t, "nebd-r")
-	nsA := frr.NewNetNS(t, "nebd-a")
-	nsB := frr.NewNetNS(t, "nebd-b")
-	for _, n := range []struct {
-		ns   *frr.NetNS
-		port string
-		addr string
-	}{{rns, "pr", bfRouter}, {nsA, "pa", bfNodeA}, {nsB, "pb", bfNodeB}} {
-		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
-		sw.IP(t, "link", "set", n.port, "master", "br0")
-	}
-	router := frr.Start(t, rns,
-		frr.Daemon{Name: "zebra", Config: "hostname tor\n"},
-		frr.Daemon{Name: "bfdd", Config: bfdProfileConfig},
-		frr.Daemon{Name: "bgpd", Config: bfdRouterConfig(), Args: []string{"-p", "179"}},
-	)
+	router, nsA, nsB := bfdTopology(t, "nebd")
 	type node struct {
 		ns    *frr.NetNS
 		name  string

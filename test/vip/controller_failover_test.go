@@ -190,7 +190,7 @@ func agentKubeconfig(t *testing.T, env *kubeenv.Env, server string) string {
 // cfController is the controller, run in the test process.
 type cfController struct {
 	addr   string
-	logs   *syncBuffer
+	logs   *frr.SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -206,7 +206,7 @@ func startCFController(t *testing.T, env *kubeenv.Env, ns string) *cfController 
 		t.Fatalf("controller: listen on %s: %v", cfHost, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cfController{addr: lis.Addr().String(), logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	c := &cfController{addr: lis.Addr().String(), logs: &frr.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		c.done <- controller.Serve(ctx, env.Config, controller.ServeOptions{
 			Options: controller.Options{
@@ -275,7 +275,7 @@ func (a *cfAgent) sock() string { return filepath.Join(a.dir, "agent.sock") }
 // in t.Cleanup unless it already ended, and its log shown if t failed.
 func (a *cfAgent) start(t *testing.T, bin, name string) *agentProc {
 	t.Helper()
-	p := &agentProc{log: &syncBuffer{}, exited: make(chan struct{})}
+	p := &agentProc{log: &frr.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd = a.ns.Command(bin, a.args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

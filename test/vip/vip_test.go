@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,39 +82,15 @@ BFD address-family ipv4 unicast
 !
 `
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// buildAgent builds the agent binary once per test.
 func buildAgent(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "novaedge-agent")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/novaedge/novaedge/cmd/novaedge-agent").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build novaedge-agent: %v\n%s", err, out)
-	}
-	return bin
+	return frr.BuildCommand(t, "github.com/novaedge/novaedge/cmd/novaedge-agent")
 }
 
 // agentProc is one agent process in the node namespace.
 type agentProc struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *frr.SyncBuffer
 	exited chan struct{}
 	err    error
 }
@@ -131,7 +106,7 @@ func startAgent(t *testing.T, ns *frr.NetNS, bin, dir, name string) *agentProc {
 // in t.Cleanup unless it already ended, and its log shown if t failed.
 func runAgent(t *testing.T, ns *frr.NetNS, bin, dir, node, name string, extra ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{log: &syncBuffer{}, exited: make(chan struct{})}
+	a := &agentProc{log: &frr.SyncBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"--standalone", "--config", filepath.Join(dir, "config.yaml"), "--node-name", node,
 		"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--handoff-socket", "",
 		"--state-dir", filepath.Join(dir, "state"), "--fastpath", "off", "--bind-local-vips=false",

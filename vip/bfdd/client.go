@@ -66,7 +66,7 @@ type Client struct {
 	waiters  map[uint64]chan *pb.BFDApplied
 	problem  string
 	rejected map[bfd.SessionKey]string
-	subs     []*eventq.Queue[bfd.StateChange]
+	subs     eventq.Fanout[bfd.StateChange]
 	closed   bool
 }
 
@@ -205,23 +205,7 @@ func (c *Client) Socket() string { return c.opts.Socket }
 // and a function that ends the subscription. After every (re)attach, each
 // session is reported once with its current state (From == To, At when it
 // entered it). The channel closes with the client.
-func (c *Client) Subscribe() (<-chan bfd.StateChange, func()) {
-	q := eventq.New[bfd.StateChange]()
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		q.End()
-		return q.Out(), func() {}
-	}
-	c.subs = append(c.subs, q)
-	c.mu.Unlock()
-	return q.Out(), func() {
-		c.mu.Lock()
-		c.subs = slices.DeleteFunc(c.subs, func(x *eventq.Queue[bfd.StateChange]) bool { return x == q })
-		c.mu.Unlock()
-		q.End()
-	}
-}
+func (c *Client) Subscribe() (<-chan bfd.StateChange, func()) { return c.subs.Subscribe() }
 
 // Close detaches from the daemon without taking sessions down: those with
 // the C bit stay Up for the next agent, the daemon takes the others down.
@@ -239,12 +223,7 @@ func (c *Client) Close() error {
 	c.cancel()
 	<-c.done
 	err := c.conn.Close()
-	c.mu.Lock()
-	for _, q := range c.subs {
-		q.End()
-	}
-	c.subs = nil
-	c.mu.Unlock()
+	c.subs.Close()
 	return err
 }
 
@@ -373,11 +352,7 @@ func (c *Client) attachOnce() error {
 				c.log.Warn("novaedge-bfdd sent a state change this agent cannot read", "error", err)
 				continue
 			}
-			c.mu.Lock()
-			for _, q := range c.subs {
-				q.Push(ev)
-			}
-			c.mu.Unlock()
+			c.subs.Publish(ev)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package frr
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -59,7 +57,7 @@ type BFDPeers struct {
 	closed  bool
 	desired map[bfd.SessionKey]bfd.SessionConfig
 	last    map[bfd.SessionKey]bfd.SessionState
-	subs    []*eventq.Queue[bfd.StateChange]
+	subs    eventq.Fanout[bfd.StateChange]
 
 	stop chan struct{}
 	done chan struct{}
@@ -158,22 +156,7 @@ func (p *BFDPeers) Sessions() []bfd.SessionState {
 }
 
 // Subscribe returns the state changes seen from now on.
-func (p *BFDPeers) Subscribe() (<-chan bfd.StateChange, func()) {
-	q := eventq.New[bfd.StateChange]()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		q.End()
-		return q.Out(), func() {}
-	}
-	p.subs = append(p.subs, q)
-	return q.Out(), func() {
-		p.mu.Lock()
-		p.subs = slices.DeleteFunc(p.subs, func(x *eventq.Queue[bfd.StateChange]) bool { return x == q })
-		p.mu.Unlock()
-		q.End()
-	}
-}
+func (p *BFDPeers) Subscribe() (<-chan bfd.StateChange, func()) { return p.subs.Subscribe() }
 
 // Close stops reading and removes the sessions without the C bit; bfdd
 // keeps the others for the next agent.
@@ -193,11 +176,8 @@ func (p *BFDPeers) Close() error {
 			errs = append(errs, fmt.Errorf("session %v in FRR's bfdd: %w", k, err))
 		}
 	}
-	for _, q := range p.subs {
-		q.End()
-	}
-	p.subs = nil
 	p.mu.Unlock()
+	p.subs.Close()
 	close(p.stop)
 	<-p.done
 	return errors.Join(errs...)
@@ -206,15 +186,8 @@ func (p *BFDPeers) Close() error {
 func (p *BFDPeers) vtysh(cmds ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	args := []string{"--vty_socket", p.opts.SocketDir}
-	for _, c := range cmds {
-		args = append(args, "-c", c)
-	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, p.opts.Vtysh, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	text := strings.TrimSpace(out.String())
+	out, err := runVtysh(ctx, p.opts.Vtysh, p.opts.SocketDir, cmds...)
+	text := strings.TrimSpace(out)
 	// vtysh reports a refused command on its output, not always in its
 	// exit status.
 	if err == nil && strings.Contains(text, "% ") {
@@ -311,11 +284,13 @@ func (p *BFDPeers) run() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		out, err := exec.CommandContext(ctx, p.opts.Vtysh, "--vty_socket", p.opts.SocketDir, "-c", "show bfd peers json").Output()
+		out, err := runVtysh(ctx, p.opts.Vtysh, p.opts.SocketDir, "show bfd peers json")
 		cancel()
 		var now map[bfd.SessionKey]bfd.SessionState
 		if err == nil {
-			now, err = parseBFDPeers(out, time.Now())
+			now, err = parseBFDPeers([]byte(out), time.Now())
+		} else {
+			err = fmt.Errorf("show bfd peers json: %w: %s", err, strings.TrimSpace(out))
 		}
 		if err != nil {
 			if !failing {
@@ -354,8 +329,6 @@ func (p *BFDPeers) update(now map[bfd.SessionKey]bfd.SessionState) {
 		ev := bfd.StateChange{SessionKey: k, From: from, To: st.State, Diag: st.Diag,
 			RemoteState: st.RemoteState, RemoteDiag: st.RemoteDiag, At: st.LastChange}
 		p.log.Info("bfd session state changed (FRR's bfdd)", "session", k, "from", from, "to", st.State, "diag", st.Diag)
-		for _, q := range p.subs {
-			q.Push(ev)
-		}
+		p.subs.Publish(ev)
 	}
 }

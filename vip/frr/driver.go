@@ -350,12 +350,18 @@ func (d *Driver) Close() error {
 }
 
 func (d *Driver) vtysh(ctx context.Context, cmds ...string) (string, error) {
-	args := []string{"--vty_socket", d.opts.SocketDir}
+	return runVtysh(ctx, d.opts.Vtysh, d.opts.SocketDir, cmds...)
+}
+
+// runVtysh runs vtysh against the daemons in socketDir with one -c per
+// command and returns its combined output.
+func runVtysh(ctx context.Context, vtysh, socketDir string, cmds ...string) (string, error) {
+	args := []string{"--vty_socket", socketDir}
 	for _, c := range cmds {
 		args = append(args, "-c", c)
 	}
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, d.opts.Vtysh, args...)
+	cmd := exec.CommandContext(ctx, vtysh, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err

@@ -68,3 +68,54 @@ func (q *Queue[T]) deliver() {
 		}
 	}
 }
+
+// Fanout hands every published value to each subscriber, in order, through
+// a Queue of its own. The zero value is ready; safe for concurrent use.
+type Fanout[T any] struct {
+	mu     sync.Mutex
+	subs   map[*Queue[T]]struct{}
+	closed bool
+}
+
+// Subscribe returns the values published from now on and a function that
+// ends the subscription and closes the channel. After Close the channel is
+// closed at once.
+func (f *Fanout[T]) Subscribe() (<-chan T, func()) {
+	q := New[T]()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		q.End()
+		return q.Out(), func() {}
+	}
+	if f.subs == nil {
+		f.subs = map[*Queue[T]]struct{}{}
+	}
+	f.subs[q] = struct{}{}
+	return q.Out(), func() {
+		f.mu.Lock()
+		delete(f.subs, q)
+		f.mu.Unlock()
+		q.End()
+	}
+}
+
+// Publish queues v for every subscriber; it never blocks.
+func (f *Fanout[T]) Publish(v T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for q := range f.subs {
+		q.Push(v)
+	}
+}
+
+// Close ends every subscription.
+func (f *Fanout[T]) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for q := range f.subs {
+		q.End()
+	}
+	f.subs = nil
+}

@@ -29,3 +29,33 @@ func TestOrderWithoutBlocking(t *testing.T) {
 		t.Fatal("Out still open after End")
 	}
 }
+
+// TestFanout: each subscriber gets every value published while it is
+// subscribed, in order; Close ends them all and later subscriptions.
+func TestFanout(t *testing.T) {
+	var f Fanout[int]
+	a, stopA := f.Subscribe()
+	b, _ := f.Subscribe()
+	f.Publish(1)
+	stopA()
+	f.Publish(2)
+	if v := <-b; v != 1 {
+		t.Fatalf("b got %d first, want 1", v)
+	}
+	if v := <-b; v != 2 {
+		t.Fatalf("b got %d second, want 2", v)
+	}
+	for v := range a {
+		if v != 1 {
+			t.Fatalf("a got %d after it unsubscribed", v)
+		}
+	}
+	f.Close()
+	if _, ok := <-b; ok {
+		t.Fatal("b open after Close")
+	}
+	c, _ := f.Subscribe()
+	if _, ok := <-c; ok {
+		t.Fatal("a subscription after Close is open")
+	}
+}
