@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -68,10 +69,19 @@ type FileSource struct {
 	// before reporting a change (editors write a file in several steps).
 	// Zero means 200ms.
 	Debounce time.Duration
+	// ProbeFailures, when set, returns the endpoints ("address:port") this
+	// agent's active health checks find failing now: they are built into
+	// the snapshot as UNHEALTHY (snapshot.Options.ProbeFailures), and
+	// Watch reports a change when the set changes.
+	ProbeFailures func() []string
+	// ProbeInterval is how often Watch asks ProbeFailures. Zero means 1s.
+	ProbeInterval time.Duration
 
 	mu      sync.Mutex
 	lastSum [sha256.Size]byte
 	last    *Candidate
+	// failing is the probe failure set of the last Load, joined.
+	failing string
 }
 
 var _ Source = (*FileSource)(nil)
@@ -94,15 +104,17 @@ func (s *FileSource) Load() Candidate {
 	// Files whose bytes did not change give the same candidate without
 	// parsing and validating them again: SIGHUP, a touch, or the event
 	// Watch reports when it starts cost a hash, not a build.
-	sum, ok := s.fingerprint()
+	failing := s.failures()
+	sum, ok := s.fingerprint(failing)
 	s.mu.Lock()
+	s.failing = strings.Join(failing, ",")
 	if ok && s.last != nil && sum == s.lastSum {
 		c := *s.last
 		s.mu.Unlock()
 		return c
 	}
 	s.mu.Unlock()
-	c := s.load()
+	c := s.load(failing)
 	if ok {
 		s.mu.Lock()
 		s.lastSum, s.last = sum, &c
@@ -111,10 +123,47 @@ func (s *FileSource) Load() Candidate {
 	return c
 }
 
+// failures returns ProbeFailures' set, sorted.
+func (s *FileSource) failures() []string {
+	if s.ProbeFailures == nil {
+		return nil
+	}
+	f := slices.Clone(s.ProbeFailures())
+	slices.Sort(f)
+	return slices.Compact(f)
+}
+
+// WatchProbes calls changed whenever the probe failure set differs from
+// the one the last Load built, until ctx ends. Watch runs it; a source
+// whose files are not watched runs it alone.
+func (s *FileSource) WatchProbes(ctx context.Context, changed func()) error {
+	if s.ProbeFailures == nil {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(cmp.Or(s.ProbeInterval, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := strings.Join(s.failures(), ",")
+		s.mu.Lock()
+		differs := now != s.failing
+		s.mu.Unlock()
+		if differs {
+			changed()
+		}
+	}
+}
+
 // fingerprint hashes the names and contents of the files Load reads; false
 // when they cannot all be read (Load then reports why).
-func (s *FileSource) fingerprint() ([sha256.Size]byte, bool) {
+func (s *FileSource) fingerprint(failing []string) ([sha256.Size]byte, bool) {
 	h := sha256.New()
+	_, _ = fmt.Fprintf(h, "%q\x00", failing)
 	if len(s.Paths) == 0 {
 		h.Write(s.Default)
 	} else {
@@ -136,7 +185,7 @@ func (s *FileSource) fingerprint() ([sha256.Size]byte, bool) {
 	return sum, true
 }
 
-func (s *FileSource) load() Candidate {
+func (s *FileSource) load(failing []string) Candidate {
 	var (
 		res   *loader.Result
 		diags diag.List
@@ -148,7 +197,14 @@ func (s *FileSource) load() Candidate {
 	} else {
 		res, diags = loader.Load(s.Paths...)
 	}
-	snap, built := snapshot.Build(res.Input, snapshot.Options{Node: s.Node})
+	var probeFailures map[string]bool
+	for _, e := range failing {
+		if probeFailures == nil {
+			probeFailures = map[string]bool{}
+		}
+		probeFailures[e] = true
+	}
+	snap, built := snapshot.Build(res.Input, snapshot.Options{Node: s.Node, ProbeFailures: probeFailures})
 	res.Locate(built)
 	diags = append(diags, built...)
 	diags.Sort()
@@ -186,6 +242,14 @@ func compact(snap *pb.ConfigSnapshot) *pb.ConfigSnapshot {
 // "..data" symlink) are noticed, and calls changed once per burst of events.
 // Without Paths there is nothing to watch and Watch waits for ctx.
 func (s *FileSource) Watch(ctx context.Context, changed func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	probesDone := make(chan struct{})
+	go func() {
+		defer close(probesDone)
+		_ = s.WatchProbes(ctx, changed)
+	}()
+	defer func() { <-probesDone }()
 	if len(s.Paths) == 0 {
 		<-ctx.Done()
 		return nil

@@ -207,6 +207,9 @@ func (b *builder) endpointState(ap netip.AddrPort, ready, terminating bool, weig
 			return pb.EndpointState_ENDPOINT_STATE_UNHEALTHY
 		}
 	}
+	if b.opts.ProbeFailures[ap.String()] {
+		return pb.EndpointState_ENDPOINT_STATE_UNHEALTHY
+	}
 	return pb.EndpointState_ENDPOINT_STATE_HEALTHY
 }
 

@@ -97,6 +97,12 @@ type Options struct {
 	// standalone agent's behaviour) serves classless Services too; the
 	// controller sets it when run with --default-lb-class=false.
 	SkipClasslessServices bool
+	// ProbeFailures are the endpoints ("address:port") a standalone agent's
+	// own active health checks find failing: they are UNHEALTHY in the
+	// snapshot, as the controller's probe verdicts make them in controller
+	// mode, so the fast path stops sending to them and a VIP left without
+	// a healthy backend is withdrawn.
+	ProbeFailures map[string]bool
 }
 
 // Translator turns foreign objects of Input (Ingress, Gateway API) into

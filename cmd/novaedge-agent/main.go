@@ -379,6 +379,14 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	var leaseRenewer *lease.Renewer
 	var theAgent atomic.Pointer[agent.Agent]
 	var theProxy atomic.Pointer[slowpath.Proxy]
+	// Standalone, the agent's own health checks decide endpoint health
+	// (with a controller, the controller decides from every node's).
+	files.ProbeFailures = func() []string {
+		if p := theProxy.Load(); p != nil {
+			return p.ProbeFailures()
+		}
+		return nil
+	}
 	if !f.watch {
 		src = noWatch{files}
 	}
@@ -596,9 +604,8 @@ func (f *flags) controllerSource(node string, log *slog.Logger) (*agent.Controll
 // noWatch is a source whose changes are noticed only on request.
 type noWatch struct{ *agent.FileSource }
 
-func (n noWatch) Watch(ctx context.Context, _ func()) error {
-	<-ctx.Done()
-	return nil
+func (n noWatch) Watch(ctx context.Context, changed func()) error {
+	return n.WatchProbes(ctx, changed)
 }
 
 // dryRun prints what the configuration would do, as novaedgectl validate

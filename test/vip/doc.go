@@ -32,6 +32,9 @@
 // TestAgentIPv6 covers /128 and dual-stack BGP VIPs over IPv6 and IPv4
 // sessions and an IPv6 L2 VIP (unsolicited NA, NDP resolution, unicast NUD
 // probes, graceful restart, an upgrade over an old binding).
+// TestAgentWithdrawsOnHealthFailure: a standalone agent's own health
+// checks withdraw a BGP VIP whose only backend stops answering, and
+// announce it again when it recovers.
 // TestControllerFailover runs the controller and two agents in controller
 // mode against a real kube-apiserver (envtest) and checks the takeover by
 // heartbeats, the controller's promotion and the killed node's return as

@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/snapshot"
+)
+
+const probedBackend = `apiVersion: novaedge.io/v1alpha1
+kind: ProxyBackend
+metadata:
+  name: web
+  namespace: demo
+spec:
+  endpoints:
+    - address: 10.0.0.1
+      port: 80
+    - address: 10.0.0.2
+      port: 80
+`
+
+func endpointStates(snap *pb.ConfigSnapshot) map[string]pb.EndpointState {
+	out := map[string]pb.EndpointState{}
+	for _, b := range snap.GetCluster().GetBackends() {
+		for _, e := range b.GetEndpoints() {
+			out[e.GetAddress()] = e.GetState()
+		}
+	}
+	return out
+}
+
+// TestFileSourceProbeFailures: the agent's own probe failures make those
+// endpoints UNHEALTHY in the standalone snapshot, and WatchProbes reports
+// a change exactly when the failing set differs from the last Load's.
+func TestFileSourceProbeFailures(t *testing.T) {
+	var mu sync.Mutex
+	failing := []string{}
+	src := &FileSource{DefaultName: "probed.yaml", Default: []byte(probedBackend), Node: snapshot.Node{Name: "n"},
+		ProbeInterval: 10 * time.Millisecond,
+		ProbeFailures: func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]string(nil), failing...)
+		}}
+	set := func(f ...string) {
+		mu.Lock()
+		failing = f
+		mu.Unlock()
+	}
+	if st := endpointStates(src.Load().Snapshot); st["10.0.0.1"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY || st["10.0.0.2"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY {
+		t.Fatalf("no failures: states %v", st)
+	}
+
+	changes := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.WatchProbes(ctx, func() { changes <- struct{}{} }) }()
+	defer func() { cancel(); <-done }()
+
+	set("10.0.0.2:80")
+	select {
+	case <-changes:
+	case <-time.After(time.Minute):
+		t.Fatal("no change reported for a new failure")
+	}
+	st := endpointStates(src.Load().Snapshot)
+	if st["10.0.0.1"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY || st["10.0.0.2"] != pb.EndpointState_ENDPOINT_STATE_UNHEALTHY {
+		t.Fatalf("10.0.0.2 failing: states %v", st)
+	}
+	// Drain what raced with the Load; the same set is no change.
+	for len(changes) > 0 {
+		<-changes
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(changes); n != 0 {
+		t.Fatalf("%d changes reported with the failing set unchanged since the last Load", n)
+	}
+	set()
+	select {
+	case <-changes:
+	case <-time.After(time.Minute):
+		t.Fatal("no change reported for a recovery")
+	}
+	if st := endpointStates(src.Load().Snapshot); st["10.0.0.2"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY {
+		t.Fatalf("recovered: states %v", st)
+	}
+}
