@@ -32,11 +32,33 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 maglev_size = MAGLEV_SIZE;
 
 /*
+ * hash / maglev_size without a division (a 32-bit divide is the slowest
+ * instruction of the miss path): (hash * maglev_mod_magic) >>
+ * maglev_mod_shift equals it for every 32-bit hash. The loader computes
+ * both from maglev_size (fastpath.modMagic); magic 0 means divide.
+ */
+const volatile __u64 maglev_mod_magic = 0;
+const volatile __u32 maglev_mod_shift = 0;
+
+/*
  * Benchmarks only: neither create conntrack/NAT state nor rewrite the
  * packet, so BPF_PROG_TEST_RUN with repeat measures the miss path on every
  * run (repeat reuses the rewritten buffer and the state the first run made).
  */
 const volatile __u8 bench_miss_path = 0;
+
+/*
+ * Benchmarks only: when not 0, run n of BPF_PROG_TEST_RUN takes the
+ * packet's flow key with n % bench_flows added to its source port and
+ * (above 65535) address, and the packet is not rewritten (repeat reuses the
+ * buffer). bench_flows 65536 measures the conntrack hit path over as many
+ * flows as perf/xdpbench cycles through; 0xffffffff a new flow per run, with
+ * its state created (conntrack insert, NAT mapping, LRU eviction once full).
+ */
+const volatile __u32 bench_flows = 0;
+
+/* Benchmarks only: the run sequence bench_flows counts (one test run at a time). */
+__u32 bench_flow_seq = 0;
 
 /*
  * Never read: a global of every shared enum, so that the enums reach BTF
@@ -396,9 +418,20 @@ static __always_inline int encap(struct xdp_md *ctx, struct pkt *p, const struct
 	return hlen + inner_len;
 }
 
+/* maglev_slot is hash % maglev_size. */
+static __always_inline __u32 maglev_slot(__u32 hash)
+{
+	if (maglev_mod_magic) {
+		__u32 q = ((__u64)hash * maglev_mod_magic) >> (maglev_mod_shift & 63);
+
+		return hash - q * maglev_size;
+	}
+	return hash % maglev_size;
+}
+
 static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
 {
-	__u32 slot = hash % maglev_size;
+	__u32 slot = maglev_slot(hash);
 	void *table = bpf_map_lookup_elem(&fp_maglev, &vip_id);
 	__u32 *id;
 
@@ -433,7 +466,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 			count(FP_C_DROP_NO_NODE_ADDR);
 			return XDP_DROP;
 		}
-		if (bench_miss_path)
+		if (bench_miss_path || bench_flows)
 			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
 		if (rewrite(ctx, p, src, be->addr, nat_port, be->port)) {
 			count(FP_C_DROP_MALFORMED);
@@ -446,7 +479,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 			count(FP_C_DROP_NO_NODE_ADDR);
 			return XDP_DROP;
 		}
-		if (bench_miss_path)
+		if (bench_miss_path || bench_flows)
 			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
 		len = encap(ctx, p, be, src, fwd, gue_port, hash);
 		if (len < 0)
@@ -568,6 +601,22 @@ static __always_inline void nat_keep_client(struct pkt *p, const struct backend 
 		count(FP_C_NAT_CREATED);
 }
 
+/*
+ * to_snat_port is true when k is addressed to the node's address of its
+ * family and a port of the SNAT range: the shape of every SNAT reply.
+ */
+static __always_inline int to_snat_port(const struct node_config *cfg, const struct flow_key *k)
+{
+	const __u32 *d = (const __u32 *)k->dst;
+	const __u32 *n6 = (const __u32 *)cfg->node_v6;
+
+	if (k->dport < cfg->nat_port_min || k->dport > cfg->nat_port_max)
+		return 0;
+	if (k->family == FP_FAMILY_IPV4)
+		return d[0] == *(const __u32 *)cfg->node_v4;
+	return d[0] == n6[0] && d[1] == n6[1] && d[2] == n6[2] && d[3] == n6[3];
+}
+
 /* nat_reply turns a backend's reply back into one from the VIP. */
 static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const struct node_config *cfg)
 {
@@ -575,6 +624,14 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const st
 	__u64 now;
 
 	if (!(cfg->flags & FP_CFG_NAT)) {
+		count(FP_C_PASS_NOT_VIP);
+		return XDP_PASS;
+	}
+	/*
+	 * With SNAT only, a packet that is not to a SNAT port of the node
+	 * cannot be a reply: the node's other traffic is spared the lookup.
+	 */
+	if ((cfg->flags & FP_CFG_NAT_SNAT_ONLY) && !to_snat_port(cfg, &p->key)) {
 		count(FP_C_PASS_NOT_VIP);
 		return XDP_PASS;
 	}
@@ -592,6 +649,41 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const st
 		return XDP_DROP;
 	}
 	return send(ctx, p->key.family, nv->client, p->l3_len);
+}
+
+/*
+ * ct_lookup finds the tracked flow of k in the conntrack map of its family:
+ * fp_conntrack4 with its short key for IPv4, fp_conntrack for IPv6.
+ */
+static __always_inline struct ct_value *ct_lookup(const struct flow_key *k)
+{
+	if (k->family == FP_FAMILY_IPV4) {
+		struct flow_key4 k4 = {};
+
+		__builtin_memcpy(k4.src, k->src, 4);
+		__builtin_memcpy(k4.dst, k->dst, 4);
+		k4.sport = k->sport;
+		k4.dport = k->dport;
+		k4.proto = k->proto;
+		return bpf_map_lookup_elem(&fp_conntrack4, &k4);
+	}
+	return bpf_map_lookup_elem(&fp_conntrack, k);
+}
+
+/* ct_insert tracks the flow of k as v, in the map ct_lookup reads. */
+static __always_inline long ct_insert(const struct flow_key *k, const struct ct_value *v)
+{
+	if (k->family == FP_FAMILY_IPV4) {
+		struct flow_key4 k4 = {};
+
+		__builtin_memcpy(k4.src, k->src, 4);
+		__builtin_memcpy(k4.dst, k->dst, 4);
+		k4.sport = k->sport;
+		k4.dport = k->dport;
+		k4.proto = k->proto;
+		return bpf_map_update_elem(&fp_conntrack4, &k4, v, BPF_ANY);
+	}
+	return bpf_map_update_elem(&fp_conntrack, k, v, BPF_ANY);
 }
 
 static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
@@ -648,7 +740,7 @@ static __always_inline int ct_create(struct pkt *p, const struct vip_info *vip, 
 	/* A mid-flow packet (ECMP moved the flow here) is OPEN at once. */
 	if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & TCP_SYN) && !(p->tcp_flags & TCP_ACK))
 		nct.state = CT_SYN;
-	if (bpf_map_update_elem(&fp_conntrack, &p->key, &nct, BPF_ANY) == 0)
+	if (ct_insert(&p->key, &nct) == 0)
 		count(FP_C_CT_CREATED);
 	return nat_port;
 }
@@ -675,7 +767,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 
 	if (!maybe_vip(cfg, &p->key))
 		return nat_reply(ctx, p, cfg);
-	ct = bpf_map_lookup_elem(&fp_conntrack, &p->key);
+	ct = ct_lookup(&p->key);
 	if (ct && epoch && ct->vip_epoch == epoch) {
 		vip_id = ct->vip_id;
 		fwd = ct->forward;
@@ -902,7 +994,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	vip = vip_lookup(&q.key);
 	if (!vip || vip->forward < FP_FWD_DSR_IPIP)
 		goto pass;
-	ct = bpf_map_lookup_elem(&fp_conntrack, &q.key);
+	ct = ct_lookup(&q.key);
 	if (ct) {
 		bid = ct->backend_id;
 		hash = ct->hash;
@@ -983,6 +1075,12 @@ int novaedge_fastpath(struct xdp_md *ctx)
 	cfg = bpf_map_lookup_elem(&fp_config, &zero);
 	if (!cfg)
 		return XDP_PASS;
+	if (bench_flows) {
+		__u32 n = bench_flow_seq++ % bench_flows;
+
+		p.key.sport += n;
+		*(__u32 *)p.key.src += n >> 16;
+	}
 	if (p.key.proto == IPPROTO_ICMP || p.key.proto == IPPROTO_ICMPV6) {
 		/* ICMP over the wrong IP version is nobody's. */
 		if ((p.key.proto == IPPROTO_ICMP) != (p.key.family == FP_FAMILY_IPV4)) {

@@ -57,13 +57,21 @@ struct {
 	__type(value, struct backend);
 } fp_backends SEC(".maps");
 
-/* Tracked flows: client → VIP 5-tuple → backend (LRU: the oldest go first). */
+/* Tracked IPv6 flows: client → VIP 5-tuple → backend (LRU: the oldest go first). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, CT_SIZE);
 	__type(key, struct flow_key);
 	__type(value, struct ct_value);
 } fp_conntrack SEC(".maps");
+
+/* Tracked IPv4 flows, as fp_conntrack (see struct flow_key4). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_SIZE);
+	__type(key, struct flow_key4);
+	__type(value, struct ct_value);
+} fp_conntrack4 SEC(".maps");
 
 /* NAT mappings: backend → node/client 5-tuple → the client and VIP. */
 struct {

@@ -24,7 +24,7 @@ const DefaultPinRoot = "/sys/fs/bpf/novaedge"
 
 // Layout versions the pinned maps' shapes. An agent whose maps differ
 // pins under a new layout directory instead of reusing incompatible maps.
-const Layout = "v2"
+const Layout = "v3"
 
 // MapsDir returns the directory of the pinned maps under root.
 func MapsDir(root string) string { return filepath.Join(root, Layout, "maps") }
@@ -44,7 +44,7 @@ func OpenPinned(root string) (*Pinned, error) {
 	p := &Pinned{maps: make(map[string]*ebpf.Map)}
 	for _, name := range []string{
 		fastpathbpf.FastpathMapFpVips, fastpathbpf.FastpathMapFpBackends, fastpathbpf.FastpathMapFpMaglev,
-		fastpathbpf.FastpathMapFpConntrack, fastpathbpf.FastpathMapFpNat, fastpathbpf.FastpathMapFpCounters,
+		fastpathbpf.FastpathMapFpConntrack, fastpathbpf.FastpathMapFpConntrack4, fastpathbpf.FastpathMapFpNat, fastpathbpf.FastpathMapFpCounters,
 		fastpathbpf.FastpathMapFpVipStats, fastpathbpf.FastpathMapFpBackendStats, fastpathbpf.FastpathMapFpConfig,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
@@ -275,27 +275,26 @@ func (p *Pinned) Conntrack(limit int) ([]Flow, int, error) {
 		return nil, 0, err
 	}
 	var (
-		k   fastpathbpf.FastpathFlowKey
-		v   fastpathbpf.FastpathCtValue
 		out []Flow
 		n   int
 	)
-	it := p.maps[fastpathbpf.FastpathMapFpConntrack].Iterate()
-	for it.Next(&k, &v) {
-		n++
-		if limit > 0 && len(out) >= limit {
-			continue
-		}
-		src, dst := addrFrom(k.Src, k.Family), addrFrom(k.Dst, k.Family)
-		state := map[uint8]string{1: "syn", 2: "open", 3: "closing"}[v.State]
-		out = append(out, Flow{
-			Client: netip.AddrPortFrom(src, k.Sport).String(), VIP: netip.AddrPortFrom(dst, k.Dport).String(),
-			Protocol: protoName(k.Proto), BackendID: v.BackendId, VIPID: v.VipId, State: state, NATPort: v.NatPort,
-			IdleSeconds: max(0, (now - time.Duration(v.LastSeen)).Seconds()),
+	err = rangeConntrack(p.maps[fastpathbpf.FastpathMapFpConntrack4], p.maps[fastpathbpf.FastpathMapFpConntrack],
+		func(k fastpathbpf.FastpathFlowKey, v fastpathbpf.FastpathCtValue) bool {
+			n++
+			if limit > 0 && len(out) >= limit {
+				return true
+			}
+			src, dst := addrFrom(k.Src, k.Family), addrFrom(k.Dst, k.Family)
+			state := map[uint8]string{1: "syn", 2: "open", 3: "closing"}[v.State]
+			out = append(out, Flow{
+				Client: netip.AddrPortFrom(src, k.Sport).String(), VIP: netip.AddrPortFrom(dst, k.Dport).String(),
+				Protocol: protoName(k.Proto), BackendID: v.BackendId, VIPID: v.VipId, State: state, NATPort: v.NatPort,
+				IdleSeconds: max(0, (now - time.Duration(v.LastSeen)).Seconds()),
+			})
+			return true
 		})
-	}
-	if err := it.Err(); err != nil {
-		return nil, 0, fmt.Errorf("read fp_conntrack: %w", err)
+	if err != nil {
+		return nil, 0, err
 	}
 	return out, n, nil
 }

@@ -20,7 +20,8 @@ type LoadOptions struct {
 	MaxVIPs uint32
 	// MaxBackends bounds backend IDs.
 	MaxBackends uint32
-	// ConntrackSize is the number of tracked flows (an LRU).
+	// ConntrackSize is the number of tracked flows (an LRU) of each
+	// family: IPv4 and IPv6 flows are kept in maps of their own.
 	ConntrackSize uint32
 	// NATSize is the number of NAT reply mappings (an LRU).
 	NATSize uint32
@@ -28,6 +29,12 @@ type LoadOptions struct {
 	// so that repeated test runs measure the conntrack-miss path. Only
 	// benchmarks set it.
 	BenchMissPath bool
+	// BenchFlows, when not zero, makes test run n treat its packet as flow
+	// n % BenchFlows (the source port and address varied) and leave the
+	// packet unrewritten, so that repeated test runs measure a working set
+	// of that many flows (^uint32(0): a new flow every run, state created).
+	// Only benchmarks set it.
+	BenchFlows uint32
 	// PinPath, if set, is the directory whose pinned maps are reused (and
 	// where new ones are pinned): ebpf.PinByName for every map.
 	PinPath string
@@ -51,6 +58,7 @@ func Spec(opts LoadOptions) (*ebpf.CollectionSpec, error) {
 		fastpathbpf.FastpathMapFpBackends:     opts.MaxBackends,
 		fastpathbpf.FastpathMapFpBackendStats: opts.MaxBackends,
 		fastpathbpf.FastpathMapFpConntrack:    opts.ConntrackSize,
+		fastpathbpf.FastpathMapFpConntrack4:   opts.ConntrackSize,
 		fastpathbpf.FastpathMapFpNat:          opts.NATSize,
 	} {
 		if n != 0 {
@@ -60,12 +68,22 @@ func Spec(opts LoadOptions) (*ebpf.CollectionSpec, error) {
 	if err := spec.Variables[fastpathbpf.FastpathVarMaglevSize].Set(size); err != nil {
 		return nil, fmt.Errorf("set maglev_size: %w", err)
 	}
+	magic, shift, _ := modMagic(size)
+	if err := spec.Variables[fastpathbpf.FastpathVarMaglevModMagic].Set(magic); err != nil {
+		return nil, fmt.Errorf("set maglev_mod_magic: %w", err)
+	}
+	if err := spec.Variables[fastpathbpf.FastpathVarMaglevModShift].Set(shift); err != nil {
+		return nil, fmt.Errorf("set maglev_mod_shift: %w", err)
+	}
 	var miss uint8
 	if opts.BenchMissPath {
 		miss = 1
 	}
 	if err := spec.Variables[fastpathbpf.FastpathVarBenchMissPath].Set(miss); err != nil {
 		return nil, fmt.Errorf("set bench_miss_path: %w", err)
+	}
+	if err := spec.Variables[fastpathbpf.FastpathVarBenchFlows].Set(opts.BenchFlows); err != nil {
+		return nil, fmt.Errorf("set bench_flows: %w", err)
 	}
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {
@@ -106,4 +124,32 @@ func Load(opts LoadOptions) (*Objects, error) {
 		return nil, fmt.Errorf("load fast path: %w", err)
 	}
 	return objs, nil
+}
+
+// modMagic returns m and s such that n*m >> s == n / d for every 32-bit n,
+// with n*m never overflowing 64 bits, so that the program computes a
+// Maglev slot without a division; ok is false (and m 0: the program
+// divides) for a divisor it finds none for. With m = ceil(2^s / d) and
+// e = m*d - 2^s ≤ 2^(s-32), n*m / 2^s = n/d + n*e/(d*2^s), and the
+// second term is below 1/d for n < 2^32, too little to reach the next
+// integer: the floor is n/d (the round-up method of Granlund and
+// Montgomery). The smallest such s is taken.
+func modMagic(d uint32) (m uint64, s uint32, ok bool) {
+	if d < 2 {
+		return 0, 0, false
+	}
+	for s = 32; s < 64; s++ {
+		p := uint64(1) << s
+		m = p / uint64(d)
+		if p%uint64(d) != 0 {
+			m++
+		}
+		if m >= 1<<32 {
+			break
+		}
+		if m*uint64(d)-p <= uint64(1)<<(s-32) {
+			return m, s, true
+		}
+	}
+	return 0, 0, false
 }

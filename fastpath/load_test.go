@@ -12,6 +12,7 @@ func TestLoadVerifier(t *testing.T) {
 	}{
 		{"defaults", LoadOptions{}},
 		{"bench miss path", LoadOptions{BenchMissPath: true}},
+		{"bench flows", LoadOptions{BenchFlows: 65536}},
 		{"small tables", LoadOptions{MaglevSize: 251, MaxVIPs: 16, MaxBackends: 64, ConntrackSize: 1024, NATSize: 1024}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

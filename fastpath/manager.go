@@ -546,10 +546,20 @@ func nodeConfig(c Config) fastpathbpf.FastpathNodeConfig {
 	n.TcpTimeout = seconds(c.Node.TCPTimeout)
 	n.TcpClosingTimeout = seconds(c.Node.TCPClosingTimeout)
 	n.UdpTimeout = seconds(c.Node.UDPTimeout)
+	keepClient := false
 	for _, v := range c.VIPs {
 		if v.Forward == ForwardNAT || v.Forward == ForwardNATKeepClient {
 			n.Flags |= uint32(fastpathbpf.FastpathFpConfigFlagsFP_CFG_NAT)
 		}
+		keepClient = keepClient || v.Forward == ForwardNATKeepClient
+	}
+	// Without a VIP keeping the client address every reply mapping is
+	// towards the node's SNAT ports, which lets the program skip the NAT
+	// lookup for the node's other traffic. Like the NAT flag, it follows
+	// the new config from step 1 of Apply on: a VIP keeping the client
+	// address clears it before its entry exists.
+	if n.Flags&uint32(fastpathbpf.FastpathFpConfigFlagsFP_CFG_NAT) != 0 && !keepClient {
+		n.Flags |= uint32(fastpathbpf.FastpathFpConfigFlagsFP_CFG_NAT_SNAT_ONLY)
 	}
 	return n
 }

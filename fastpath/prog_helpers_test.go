@@ -624,7 +624,7 @@ func progFlowKey(src, dst netip.Addr, sport, dport uint16, proto uint8) fpbpf.Fa
 func (e *progEnv) ct(k fpbpf.FastpathFlowKey) (fpbpf.FastpathCtValue, bool) {
 	e.t.Helper()
 	var v fpbpf.FastpathCtValue
-	err := e.objs.FpConntrack.Lookup(k, &v)
+	err := e.objs.LookupConntrack(k, &v)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return v, false
 	}
@@ -666,13 +666,11 @@ func (e *progEnv) natEntries() map[fpbpf.FastpathFlowKey]fpbpf.FastpathNatValue 
 func (e *progEnv) ctCount() int {
 	e.t.Helper()
 	n := 0
-	var k fpbpf.FastpathFlowKey
-	var v fpbpf.FastpathCtValue
-	it := e.objs.FpConntrack.Iterate()
-	for it.Next(&k, &v) {
+	err := e.objs.RangeConntrack(func(fpbpf.FastpathFlowKey, fpbpf.FastpathCtValue) bool {
 		n++
-	}
-	if err := it.Err(); err != nil {
+		return true
+	})
+	if err != nil {
 		e.t.Fatalf("iterate conntrack: %v", err)
 	}
 	return n

@@ -27,7 +27,7 @@ func (e *progEnv) mustCT(p progPkt) fpbpf.FastpathCtValue {
 
 func (e *progEnv) putCT(p progPkt, v fpbpf.FastpathCtValue) {
 	e.t.Helper()
-	if err := e.objs.FpConntrack.Put(keyOfPkt(p), v); err != nil {
+	if err := e.objs.PutConntrack(keyOfPkt(p), v); err != nil {
 		e.t.Fatalf("write conntrack: %v", err)
 	}
 }
@@ -427,7 +427,7 @@ func TestProgNATMappingOfLiveFlowKept(t *testing.T) {
 		t.Fatal("no conntrack entry for the first flow")
 	}
 	cv.LastSeen -= 2 * nsec
-	if err := e.objs.FpConntrack.Put(ck, cv); err != nil {
+	if err := e.objs.PutConntrack(ck, cv); err != nil {
 		t.Fatal(err)
 	}
 	e.send(a, xdpTX) // a packet of flow a, a moment ago

@@ -8,9 +8,22 @@
 //     lookup), backend lookup, cached next hop, MAC rewrite, XDP_TX. L2 DSR
 //     rewrites only the MACs, so the repeated runs (which reuse the rewritten
 //     buffer) stay on the hit path;
+//   - ct-hit over 65536 flows: the same, but the benchmark switch
+//     bench_flows makes run n a packet of flow n % 65536 (perf/xdpbench's
+//     flow count), so conntrack lookups reach a working set of that size
+//     instead of one entry that always sits in the cache;
 //   - miss: a packet to a NAT VIP with the program loaded with its benchmark
 //     switch (bench_miss_path), which keeps no state and rewrites nothing, so
-//     every run misses conntrack and hashes into the Maglev table.
+//     every run misses conntrack and hashes into the Maglev table;
+//   - new flow: every run a new flow (bench_flows) to a VIP that NATs
+//     keeping the client address: conntrack miss, Maglev, and the state a
+//     new flow costs, a conntrack entry and a NAT reply mapping (with LRU
+//     eviction once the tables are full); only the packet rewrite is
+//     skipped, as repeated runs reuse the buffer;
+//   - not a VIP: a packet to a port no VIP entry has, which the prefilter
+//     hands to the kernel; once with only a DSR VIP, and once with a NAT VIP
+//     configured, where such a packet is also looked up as a possible reply
+//     of a NAT flow (fp_nat).
 //
 // Each case runs in a network namespace of its own making with a veth and a
 // permanent neighbour entry, so bpf_fib_lookup succeeds as on a real node.
@@ -58,6 +71,9 @@ var (
 	nodeV4  = netip.MustParseAddr("10.90.0.1")
 )
 
+// newFlows as BenchFlows makes every run a new flow.
+const newFlows = ^uint32(0)
+
 type result struct {
 	name    string
 	kernel  []float64
@@ -70,6 +86,7 @@ func main() {
 	out := flag.String("out", "perf/results", "directory for the report")
 	repeat := flag.Int("repeat", 2_000_000, "program runs per round")
 	rounds := flag.Int("rounds", 7, "rounds per case (the median is reported)")
+	only := flag.String("only", "", "run only the fast path cases whose name contains this (for profiling one path)")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -112,13 +129,25 @@ func main() {
 		// port of the VIP entry; another port than the packet's makes the
 		// packet non-VIP traffic.
 		port uint16
-		want string
+		// flows is the benchmark's BenchFlows: 0 runs the one packet's
+		// flow, n cycles through n flows, newFlows makes each run a new one.
+		flows uint32
+		// want is the counter every run must add to, except slack runs
+		// (the first packets of the flows).
+		want  string
+		slack uint64
 	}{
-		{"fast path, conntrack hit (DSR L2)", false, fastpath.ForwardDSRL2, 80, "ct_hit"},
-		{"fast path, conntrack miss + Maglev (NAT, benchmark switch)", true, fastpath.ForwardNAT, 80, "ct_miss"},
-		{"fast path, not a VIP: to the kernel (the cost for other traffic)", false, fastpath.ForwardDSRL2, 81, "pass_not_vip"},
+		{"fast path, conntrack hit (DSR L2)", false, fastpath.ForwardDSRL2, 80, 0, "ct_hit", 1},
+		{"fast path, conntrack hit over 65536 flows (DSR L2)", false, fastpath.ForwardDSRL2, 80, 65536, "ct_hit", 65536},
+		{"fast path, conntrack miss + Maglev (NAT, benchmark switch)", true, fastpath.ForwardNAT, 80, 0, "ct_miss", 1},
+		{"fast path, new flow per run: miss + Maglev + conntrack and NAT inserts (NAT keeping the client)", false, fastpath.ForwardNATKeepClient, 80, newFlows, "ct_created", 0},
+		{"fast path, not a VIP: to the kernel (the cost for other traffic)", false, fastpath.ForwardDSRL2, 81, 0, "pass_not_vip", 1},
+		{"fast path, not a VIP while a VIP uses NAT (other traffic is looked up as a NAT reply)", false, fastpath.ForwardNAT, 81, 0, "pass_not_vip", 1},
 	} {
-		objs, err := fastpath.Load(fastpath.LoadOptions{BenchMissPath: c.miss})
+		if !strings.Contains(c.name, *only) {
+			continue
+		}
+		objs, err := fastpath.Load(fastpath.LoadOptions{BenchMissPath: c.miss, BenchFlows: c.flows})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -145,7 +174,7 @@ func main() {
 			}
 			want := c.want
 			runs := after["rx"] - before["rx"]
-			if got := after[want] - before[want]; got+1 < runs {
+			if got := after[want] - before[want]; got+c.slack < runs {
 				return fmt.Sprintf("only %d of %d runs took the %s path: %v", got, runs, want, after)
 			}
 			if tx := after["tx"] - before["tx"]; tx < runs && want != "pass_not_vip" {

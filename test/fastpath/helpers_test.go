@@ -465,20 +465,16 @@ type flow struct {
 // protocol proto.
 func (f *fpNode) conntrack(t *testing.T, dst netip.Addr, port uint16, proto uint8) []flow {
 	t.Helper()
-	var (
-		k   fastpathbpf.FastpathFlowKey
-		v   fastpathbpf.FastpathCtValue
-		out []flow
-	)
+	var out []flow
 	want := flowhash.Addr16(dst)
-	it := f.objs.FpConntrack.Iterate()
-	for it.Next(&k, &v) {
+	err := f.objs.RangeConntrack(func(k fastpathbpf.FastpathFlowKey, v fastpathbpf.FastpathCtValue) bool {
 		if k.Dst == want && k.Proto == proto && (port == 0 || k.Dport == port) {
 			out = append(out, flow{k, v})
 		}
-	}
-	if err := it.Err(); err != nil {
-		t.Fatalf("iterate fp_conntrack: %v", err)
+		return true
+	})
+	if err != nil {
+		t.Fatalf("iterate conntrack: %v", err)
 	}
 	return out
 }
@@ -487,7 +483,7 @@ func (f *fpNode) conntrack(t *testing.T, dst netip.Addr, port uint16, proto uint
 func (f *fpNode) lookupFlow(client, vip netip.AddrPort, proto uint8) (fastpathbpf.FastpathCtValue, error) {
 	k := flowKey(client, vip, proto)
 	var v fastpathbpf.FastpathCtValue
-	err := f.objs.FpConntrack.Lookup(&k, &v)
+	err := f.objs.LookupConntrack(k, &v)
 	return v, err
 }
 

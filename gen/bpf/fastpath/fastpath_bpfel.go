@@ -63,6 +63,16 @@ type FastpathFlowKey struct {
 	Pad    uint16
 }
 
+type FastpathFlowKey4 struct {
+	_     structs.HostLayout
+	Src   [4]uint8
+	Dst   [4]uint8
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
 type FastpathFpBackendFlags uint32
 
 const (
@@ -72,8 +82,9 @@ const (
 type FastpathFpConfigFlags uint32
 
 const (
-	FastpathFpConfigFlagsFP_CFG_NAT        FastpathFpConfigFlags = 1
-	FastpathFpConfigFlagsFP_CFG_VIP_FILTER FastpathFpConfigFlags = 2
+	FastpathFpConfigFlagsFP_CFG_NAT           FastpathFpConfigFlags = 1
+	FastpathFpConfigFlagsFP_CFG_VIP_FILTER    FastpathFpConfigFlags = 2
+	FastpathFpConfigFlagsFP_CFG_NAT_SNAT_ONLY FastpathFpConfigFlags = 4
 )
 
 type FastpathFpCounter uint32
@@ -219,6 +230,7 @@ const (
 	FastpathMapFpBackends        = "fp_backends"
 	FastpathMapFpConfig          = "fp_config"
 	FastpathMapFpConntrack       = "fp_conntrack"
+	FastpathMapFpConntrack4      = "fp_conntrack4"
 	FastpathMapFpCounters        = "fp_counters"
 	FastpathMapFpMaglev          = "fp_maglev"
 	FastpathMapFpNat             = "fp_nat"
@@ -229,8 +241,12 @@ const (
 	FastpathMapFpVipStats        = "fp_vip_stats"
 	FastpathMapFpVips            = "fp_vips"
 	FastpathProgNovaedgeFastpath = "novaedge_fastpath"
+	FastpathVarBenchFlowSeq      = "bench_flow_seq"
+	FastpathVarBenchFlows        = "bench_flows"
 	FastpathVarBenchMissPath     = "bench_miss_path"
 	FastpathVarFpEnumsBtf        = "fp_enums_btf"
+	FastpathVarMaglevModMagic    = "maglev_mod_magic"
+	FastpathVarMaglevModShift    = "maglev_mod_shift"
 	FastpathVarMaglevSize        = "maglev_size"
 )
 
@@ -287,6 +303,7 @@ type FastpathMapSpecs struct {
 	FpBackends     *ebpf.MapSpec `ebpf:"fp_backends"`
 	FpConfig       *ebpf.MapSpec `ebpf:"fp_config"`
 	FpConntrack    *ebpf.MapSpec `ebpf:"fp_conntrack"`
+	FpConntrack4   *ebpf.MapSpec `ebpf:"fp_conntrack4"`
 	FpCounters     *ebpf.MapSpec `ebpf:"fp_counters"`
 	FpMaglev       *ebpf.MapSpec `ebpf:"fp_maglev"`
 	FpNat          *ebpf.MapSpec `ebpf:"fp_nat"`
@@ -302,9 +319,13 @@ type FastpathMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastpathVariableSpecs struct {
-	BenchMissPath *ebpf.VariableSpec `ebpf:"bench_miss_path"`
-	FpEnumsBtf    *ebpf.VariableSpec `ebpf:"fp_enums_btf"`
-	MaglevSize    *ebpf.VariableSpec `ebpf:"maglev_size"`
+	BenchFlowSeq   *ebpf.VariableSpec `ebpf:"bench_flow_seq"`
+	BenchFlows     *ebpf.VariableSpec `ebpf:"bench_flows"`
+	BenchMissPath  *ebpf.VariableSpec `ebpf:"bench_miss_path"`
+	FpEnumsBtf     *ebpf.VariableSpec `ebpf:"fp_enums_btf"`
+	MaglevModMagic *ebpf.VariableSpec `ebpf:"maglev_mod_magic"`
+	MaglevModShift *ebpf.VariableSpec `ebpf:"maglev_mod_shift"`
+	MaglevSize     *ebpf.VariableSpec `ebpf:"maglev_size"`
 }
 
 // FastpathObjects contains all objects after they have been loaded into the kernel.
@@ -331,6 +352,7 @@ type FastpathMaps struct {
 	FpBackends     *ebpf.Map `ebpf:"fp_backends"`
 	FpConfig       *ebpf.Map `ebpf:"fp_config"`
 	FpConntrack    *ebpf.Map `ebpf:"fp_conntrack"`
+	FpConntrack4   *ebpf.Map `ebpf:"fp_conntrack4"`
 	FpCounters     *ebpf.Map `ebpf:"fp_counters"`
 	FpMaglev       *ebpf.Map `ebpf:"fp_maglev"`
 	FpNat          *ebpf.Map `ebpf:"fp_nat"`
@@ -348,6 +370,7 @@ func (m *FastpathMaps) Close() error {
 		m.FpBackends,
 		m.FpConfig,
 		m.FpConntrack,
+		m.FpConntrack4,
 		m.FpCounters,
 		m.FpMaglev,
 		m.FpNat,
@@ -364,9 +387,13 @@ func (m *FastpathMaps) Close() error {
 //
 // It can be passed to LoadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastpathVariables struct {
-	BenchMissPath *ebpf.Variable `ebpf:"bench_miss_path"`
-	FpEnumsBtf    *ebpf.Variable `ebpf:"fp_enums_btf"`
-	MaglevSize    *ebpf.Variable `ebpf:"maglev_size"`
+	BenchFlowSeq   *ebpf.Variable `ebpf:"bench_flow_seq"`
+	BenchFlows     *ebpf.Variable `ebpf:"bench_flows"`
+	BenchMissPath  *ebpf.Variable `ebpf:"bench_miss_path"`
+	FpEnumsBtf     *ebpf.Variable `ebpf:"fp_enums_btf"`
+	MaglevModMagic *ebpf.Variable `ebpf:"maglev_mod_magic"`
+	MaglevModShift *ebpf.Variable `ebpf:"maglev_mod_shift"`
+	MaglevSize     *ebpf.Variable `ebpf:"maglev_size"`
 }
 
 // FastpathPrograms contains all programs after they have been loaded into the kernel.
