@@ -281,6 +281,10 @@ func (a *Agent) Run(ctx context.Context) error {
 // Reload reads the configuration now and applies it, as when the source
 // reports a change; reason is logged. It waits for the outcome.
 func (a *Agent) Reload(ctx context.Context, reason string) (Outcome, error) {
+	if r, ok := a.opts.Source.(interface{ RequestRead() }); ok {
+		// A requested reload reads the files even when they are held.
+		r.RequestRead()
+	}
 	req := request{reason: reason, reply: make(chan Outcome, 1)}
 	select {
 	case a.reqs <- req:

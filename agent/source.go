@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -76,13 +77,32 @@ type FileSource struct {
 	ProbeFailures func() []string
 	// ProbeInterval is how often Watch asks ProbeFailures. Zero means 1s.
 	ProbeInterval time.Duration
+	// HoldFiles (--watch=false) keeps the files as last read: Load builds
+	// again from them (for a change of the probe failures) and reads the
+	// files only after RequestRead, so that no reload but a requested one
+	// applies a half-finished edit.
+	HoldFiles bool
 
 	mu      sync.Mutex
 	lastSum [sha256.Size]byte
 	last    *Candidate
 	// failing is the probe failure set of the last Load, joined.
 	failing string
+	// held is what HoldFiles keeps of the last read; readReq asks the next
+	// Load to read the files.
+	held    *parsed
+	readReq atomic.Bool
 }
+
+// parsed is the configuration as read from the files, before the build.
+type parsed struct {
+	res   *loader.Result
+	diags diag.List
+}
+
+// RequestRead makes the next Load read the files, with HoldFiles too: the
+// agent calls it for SIGHUP and novaedgectl reload.
+func (s *FileSource) RequestRead() { s.readReq.Store(true) }
 
 var _ Source = (*FileSource)(nil)
 
@@ -105,9 +125,16 @@ func (s *FileSource) Load() Candidate {
 	// parsing and validating them again: SIGHUP, a touch, or the event
 	// Watch reports when it starts cost a hash, not a build.
 	failing := s.failures()
+	read := s.readReq.Swap(false)
+	s.mu.Lock()
+	held := s.held
+	s.failing = strings.Join(failing, ",")
+	s.mu.Unlock()
+	if s.HoldFiles && held != nil && !read {
+		return s.build(held, failing)
+	}
 	sum, ok := s.fingerprint(failing)
 	s.mu.Lock()
-	s.failing = strings.Join(failing, ",")
 	if ok && s.last != nil && sum == s.lastSum {
 		c := *s.last
 		s.mu.Unlock()
@@ -186,17 +213,24 @@ func (s *FileSource) fingerprint(failing []string) ([sha256.Size]byte, bool) {
 }
 
 func (s *FileSource) load(failing []string) Candidate {
-	var (
-		res   *loader.Result
-		diags diag.List
-	)
+	p := &parsed{}
 	if len(s.Paths) == 0 {
 		docs, d := manifest.Parse(s.DefaultName, s.Default)
-		res, diags = loader.FromDocuments(docs)
-		diags = append(d, diags...)
+		p.res, p.diags = loader.FromDocuments(docs)
+		p.diags = append(d, p.diags...)
 	} else {
-		res, diags = loader.Load(s.Paths...)
+		p.res, p.diags = loader.Load(s.Paths...)
 	}
+	if s.HoldFiles {
+		s.mu.Lock()
+		s.held = p
+		s.mu.Unlock()
+	}
+	return s.build(p, failing)
+}
+
+// build builds the snapshot of what was read, with the probe failures.
+func (s *FileSource) build(p *parsed, failing []string) Candidate {
 	var probeFailures map[string]bool
 	for _, e := range failing {
 		if probeFailures == nil {
@@ -204,9 +238,9 @@ func (s *FileSource) load(failing []string) Candidate {
 		}
 		probeFailures[e] = true
 	}
-	snap, built := snapshot.Build(res.Input, snapshot.Options{Node: s.Node, ProbeFailures: probeFailures})
-	res.Locate(built)
-	diags = append(diags, built...)
+	snap, built := snapshot.Build(p.res.Input, snapshot.Options{Node: s.Node, ProbeFailures: probeFailures})
+	p.res.Locate(built)
+	diags := append(slices.Clone(p.diags), built...)
 	diags.Sort()
 	return Candidate{Snapshot: compact(snap), Diagnostics: diags}
 }

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,5 +90,33 @@ func TestFileSourceProbeFailures(t *testing.T) {
 	}
 	if st := endpointStates(src.Load().Snapshot); st["10.0.0.2"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY {
 		t.Fatalf("recovered: states %v", st)
+	}
+}
+
+// TestFileSourceHoldFiles: with HoldFiles (--watch=false), a reload for a
+// health change builds from the files as last read, so an edit in progress
+// is not applied; RequestRead (SIGHUP, novaedgectl reload) reads them.
+func TestFileSourceHoldFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "backend.yaml")
+	if err := os.WriteFile(path, []byte(probedBackend), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var failing []string
+	src := &FileSource{Paths: []string{path}, Node: snapshot.Node{Name: "n"}, HoldFiles: true,
+		ProbeFailures: func() []string { return failing }}
+	src.Load()
+	edited := strings.Replace(probedBackend, "10.0.0.2", "10.0.0.3", 1)
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	failing = []string{"10.0.0.1:80"}
+	st := endpointStates(src.Load().Snapshot)
+	if st["10.0.0.1"] != pb.EndpointState_ENDPOINT_STATE_UNHEALTHY || st["10.0.0.2"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY || len(st) != 2 {
+		t.Fatalf("health reload while files are held: %v, want the files as first read with 10.0.0.1 unhealthy", st)
+	}
+	src.RequestRead()
+	st = endpointStates(src.Load().Snapshot)
+	if _, ok := st["10.0.0.3"]; !ok || st["10.0.0.1"] != pb.EndpointState_ENDPOINT_STATE_UNHEALTHY {
+		t.Fatalf("requested read: %v, want the edited file with 10.0.0.1 still unhealthy", st)
 	}
 }

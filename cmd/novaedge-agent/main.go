@@ -388,6 +388,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return nil
 	}
 	if !f.watch {
+		files.HoldFiles = true
 		src = noWatch{files}
 	}
 	if f.controller != "" {

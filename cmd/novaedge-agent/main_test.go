@@ -266,6 +266,28 @@ func (p *agentProc) waitStatus(t *testing.T, what string, cond func(*pb.AgentSta
 	}
 }
 
+// servesPort reports whether the served snapshot has a backend endpoint on
+// port. The tests tell configurations apart by content, not by version:
+// the standalone agent also builds a new snapshot when its health checks
+// change an endpoint's state (the example's backends are not running).
+func (p *agentProc) servesPort(t *testing.T, port uint32) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	snap, err := p.client.GetSnapshot(ctx, &pb.GetSnapshotRequest{})
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	for _, b := range snap.GetCluster().GetBackends() {
+		for _, e := range b.GetEndpoints() {
+			if e.GetPort() == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *agentProc) stop(t *testing.T) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -313,7 +335,7 @@ func TestStandaloneAgentProcess(t *testing.T) {
 	writeFile(t, cfg, good)
 	p := startAgent(t, ns, "--config", cfg, "--node-name", "edge-1")
 
-	st := p.waitStatus(t, "version 1", func(st *pb.AgentStatus) bool { return st.GetAppliedVersion() == 1 })
+	st := p.waitStatus(t, "a configuration in service", func(st *pb.AgentStatus) bool { return st.GetAppliedVersion() >= 1 })
 	if st.GetNodeName() != "edge-1" || len(st.GetBoundAddresses()) != 1 || st.GetBoundAddresses()[0] != "127.0.10.1/32 on lo" {
 		t.Fatalf("status = %v", st)
 	}
@@ -325,7 +347,7 @@ func TestStandaloneAgentProcess(t *testing.T) {
 	bad := strings.Replace(good, "  mode: Local\n", "  mode: Local\n  color: blue\n", 1)
 	writeFile(t, cfg, bad)
 	st = p.waitStatus(t, "the rejection", func(st *pb.AgentStatus) bool { return st.GetLastError() != "" })
-	if st.GetAppliedVersion() != 1 || !st.GetReady() {
+	if !st.GetReady() {
 		t.Fatalf("after the bad edit: %v", st)
 	}
 	logs := p.logs.String()
@@ -337,10 +359,7 @@ func TestStandaloneAgentProcess(t *testing.T) {
 	// interface list is not in the example, so change a backend port.
 	fixed := strings.Replace(good, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck", 1)
 	writeFile(t, cfg, fixed)
-	st = p.waitStatus(t, "the fix", func(st *pb.AgentStatus) bool { return st.GetAppliedVersion() == 2 })
-	if st.GetLastError() != "" {
-		t.Fatalf("after the fix: %v", st)
-	}
+	p.waitStatus(t, "the fix", func(st *pb.AgentStatus) bool { return st.GetLastError() == "" && p.servesPort(t, 18083) })
 
 	p.stop(t)
 	if !strings.Contains(addrsOnLo(t, ns), "127.0.10.1/32") {
@@ -361,13 +380,13 @@ func TestSIGHUPReload(t *testing.T) {
 	writeFile(t, cfg, strings.Replace(good, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck", 1))
 	// Without a signal nothing changes; give inotify a chance to prove it.
 	time.Sleep(300 * time.Millisecond)
-	if st := p.waitStatus(t, "status", func(*pb.AgentStatus) bool { return true }); st.GetAppliedVersion() != 1 {
-		t.Fatalf("the change was applied without SIGHUP: version %d", st.GetAppliedVersion())
+	if p.servesPort(t, 18083) {
+		t.Fatal("the change was applied without SIGHUP")
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	p.waitStatus(t, "version 2 after SIGHUP", func(st *pb.AgentStatus) bool { return st.GetAppliedVersion() == 2 })
+	p.waitStatus(t, "the change after SIGHUP", func(*pb.AgentStatus) bool { return p.servesPort(t, 18083) })
 	// The log line follows the switch; wait for it.
 	p.waitStatus(t, "the reload's log line", func(*pb.AgentStatus) bool { return strings.Contains(p.logs.String(), "reason=SIGHUP") })
 	p.stop(t)
