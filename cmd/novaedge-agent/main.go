@@ -173,7 +173,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.StringVar(&f.bpfRoot, "bpf-root", fastpath.DefaultPinRoot, "where the fast path's programs, maps and links are pinned (on a bpffs); they stay there across agent restarts")
 	fl.StringVar(&f.natPorts, "nat-port-range", fmt.Sprintf("%d-%d", fastpath.DefaultNATPortMin, fastpath.DefaultNATPortMax), "source ports for the fast path's SNAT, reserved from the host's ephemeral ports (net.ipv4.ip_local_reserved_ports)")
 	fl.BoolVar(&f.lineage, "maglev-lineage", false, "build each Maglev table from the installed one (removing 1 of N backends remaps only its 1/N of flows); tables then depend on this node's history, so leave it off when several nodes share a VIP through ECMP")
-	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs on the host (needs root); false: listeners rely on IP_FREEBIND only")
+	fl.BoolVar(&f.bindLocalVIPs, "bind-local-vips", true, "bind the addresses of Local-mode VIPs, and of the BGP-mode VIPs this node announces, on the host's lo (needs root), so the kernel delivers their traffic to the listeners; false: listeners rely on IP_FREEBIND only, and routed BGP VIP traffic reaches only the XDP fast path")
 	fl.StringVar(&f.routerID, "router-id", "", "this node's BGP and OSPF router ID (an IPv4 address unique among the routers' peers); empty: for BGP the source address of the route towards the first IPv4 BGP peer, for OSPF that one too when BGP runs, else the first IPv4 address of the first OSPF uplink")
 	fl.DurationVar(&f.l2Grace, "l2-failover-grace", 0, "how long a standby that took an L2 VIP over (heartbeats from the active lost) keeps it while its assignment still names the old active; 0: 15s with --controller (the controller then confirms or overrides the takeover), for good in standalone mode (nothing else can)")
 	fl.DurationVar(&f.l2LeaseTTL, "l2-lease-ttl", manager.DefaultL2LeaseTTL, "how long the node answers ARP/NDP for its L2ARP VIPs after the agent last renewed its lease (renewed every third of it): a hung agent stops answering after this")
@@ -257,19 +257,20 @@ func (f *flags) vipManager(log *slog.Logger, reg prometheus.Registerer) (*manage
 		id, _ = netip.ParseAddr(f.routerID) // checked by check
 	}
 	return manager.New(manager.Options{
-		Logger:          log.With("component", "vip"),
-		RouterID:        id,
-		L2LeaseTTL:      f.l2LeaseTTL,
-		L2FailoverGrace: f.l2FailoverGrace(),
-		BGPListenPort:   f.bgpListenPort,
-		StateDir:        f.stateDir,
-		FRRSocketDir:    f.frrVtyDir,
-		FRRVtysh:        f.frrVtysh,
-		OSPFUplinks:     f.ospfUplinks,
-		BFDSocket:       f.bfdSocket,
-		HeartbeatPort:   f.hbPort,
-		BFDClient:       fmt.Sprintf("novaedge-agent pid %d", os.Getpid()),
-		Registry:        reg,
+		Logger:           log.With("component", "vip"),
+		RouterID:         id,
+		L2LeaseTTL:       f.l2LeaseTTL,
+		L2FailoverGrace:  f.l2FailoverGrace(),
+		BGPListenPort:    f.bgpListenPort,
+		StateDir:         f.stateDir,
+		FRRSocketDir:     f.frrVtyDir,
+		FRRVtysh:         f.frrVtysh,
+		OSPFUplinks:      f.ospfUplinks,
+		BFDSocket:        f.bfdSocket,
+		BindBGPAddresses: f.bindLocalVIPs,
+		HeartbeatPort:    f.hbPort,
+		BFDClient:        fmt.Sprintf("novaedge-agent pid %d", os.Getpid()),
+		Registry:         reg,
 	})
 }
 

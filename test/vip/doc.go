@@ -35,6 +35,11 @@
 // TestAgentWithdrawsOnHealthFailure: a standalone agent's own health
 // checks withdraw a BGP VIP whose only backend stops answering, and
 // announce it again when it recovers.
+// TestControllerHealthWithdraw runs the controller, two agents announcing a
+// BGP VIP to FRR (ECMP) and an HTTP backend: when the backend fails its
+// health checks, the agents' verdicts reach the snapshot, both withdraw
+// the route with their sessions kept Established, and it comes back with
+// both next hops when the backend heals; HTTP through the VIP works.
 // TestControllerFailover runs the controller and two agents in controller
 // mode against a real kube-apiserver (envtest) and checks the takeover by
 // heartbeats, the controller's promotion and the killed node's return as

@@ -78,9 +78,11 @@ type Route struct {
 }
 
 // FromNode builds the desired state from the node part of a snapshot: the
-// BGP-mode assignments with role ANNOUNCE that include accepts (nil
-// includes all of them; the caller leaves out a VIP to withdraw it, e.g.
-// when the node is unhealthy or the VIP has no healthy backend).
+// BGP-mode assignments with role ANNOUNCE. Every one configures the
+// speaker (local AS, router ID, peers); the routes are those of the
+// assignments include accepts (nil includes all of them; the caller leaves
+// out a VIP to withdraw it, e.g. when it has no healthy backend, and the
+// sessions stay up).
 // routerID is the node's own router ID (by default its IPv4 address), used
 // unless an assignment carries one of its own.
 //
@@ -107,9 +109,7 @@ func FromNode(node *pb.NodeConfig, routerID netip.Addr, include func(*pb.VIPAssi
 		if a.GetMode() != pb.VIPMode_VIP_MODE_BGP || a.GetRole() != pb.VIPRole_VIP_ROLE_ANNOUNCE || b == nil {
 			continue
 		}
-		if include != nil && !include(a) {
-			continue
-		}
+		announce := include == nil || include(a)
 		if d.LocalAS == 0 {
 			d.LocalAS = b.GetLocalAs()
 		} else if b.GetLocalAs() != d.LocalAS {
@@ -141,6 +141,9 @@ func FromNode(node *pb.NodeConfig, routerID netip.Addr, include func(*pb.VIPAssi
 			}
 			peers[peer.Address], peerOwner[peer.Address] = len(d.Peers), a.GetVip()
 			d.Peers = append(d.Peers, peer)
+		}
+		if !announce {
+			continue
 		}
 		for _, s := range a.GetAddresses() {
 			addr, err := netip.ParseAddr(s)

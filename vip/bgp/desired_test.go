@@ -60,10 +60,22 @@ func TestFromNode(t *testing.T) {
 			want: Desired{},
 		},
 		{
-			name:    "excluded VIP is withdrawn, the last one stops BGP",
+			// Withdrawing the last VIP keeps the sessions: the router
+			// keeps the node as a peer (and its BFD session), it only
+			// loses the route.
+			name:    "excluded VIP is withdrawn, the sessions stay",
 			vips:    []*pb.VIPAssignment{bgpVIP("web", []string{"10.200.0.10"}, ann(nil))},
 			include: func(a *pb.VIPAssignment) bool { return a.Vip != "web" },
-			want:    Desired{},
+			want:    Desired{LocalAS: 65100, RouterID: node, Peers: []Peer{wantPeer4, wantPeer6}},
+		},
+		{
+			name: "a prefix shared by an excluded and a served VIP stays",
+			vips: []*pb.VIPAssignment{
+				bgpVIP("a", []string{"10.200.0.1"}, ann(nil)),
+				bgpVIP("b", []string{"10.200.0.1"}, ann(nil)),
+			},
+			include: func(a *pb.VIPAssignment) bool { return a.Vip != "a" },
+			want:    Desired{LocalAS: 65100, RouterID: node, Peers: []Peer{wantPeer4, wantPeer6}, Routes: []Route{route("b", "10.200.0.1/32")}},
 		},
 		{
 			name: "VIP router ID used, conflicting one reported",

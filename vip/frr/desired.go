@@ -78,9 +78,10 @@ type VIP struct {
 }
 
 // FromNode builds the desired state from the node part of a snapshot: the
-// OSPF-mode assignments with role ANNOUNCE that include accepts (nil
-// includes all; the caller leaves a VIP out to withdraw it, e.g. when the
-// node is unhealthy or the VIP has no healthy backend). routerID is the
+// OSPF-mode assignments with role ANNOUNCE. Every one configures its
+// uplinks (so adjacencies stay up); the VIP addresses advertised are those
+// of the assignments include accepts (nil includes all; the caller leaves
+// a VIP out to withdraw it, e.g. when it has no healthy backend). routerID is the
 // node's own (by default its IPv4 address), used unless an assignment
 // carries one; uplinks are the interfaces used for assignments that name
 // none (by default the interface of the node's default route).
@@ -104,9 +105,7 @@ func FromNode(node *pb.NodeConfig, routerID netip.Addr, uplinks []string, includ
 		if a.GetMode() != pb.VIPMode_VIP_MODE_OSPF || a.GetRole() != pb.VIPRole_VIP_ROLE_ANNOUNCE || o == nil {
 			continue
 		}
-		if include != nil && !include(a) {
-			continue
-		}
+		announce := include == nil || include(a)
 		name := a.GetVip()
 		area, err := dottedArea(o.GetArea())
 		if err != nil {
@@ -169,6 +168,9 @@ func FromNode(node *pb.NodeConfig, routerID netip.Addr, uplinks []string, includ
 			}
 			upIndex[ifname], upOwner[ifname] = len(d.Uplinks), name
 			d.Uplinks = append(d.Uplinks, u)
+		}
+		if !announce {
+			continue
 		}
 		for _, s := range a.GetAddresses() {
 			addr, err := netip.ParseAddr(s)

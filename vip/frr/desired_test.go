@@ -22,7 +22,17 @@ func TestFromNode(t *testing.T) {
 		vips     []*pb.VIPAssignment
 		want     Desired
 		problems []string
+		include  func(*pb.VIPAssignment) bool
 	}{
+		{
+			// Withdrawing the only VIP keeps the uplink: the adjacency
+			// stays Full, only the stub link goes.
+			name:    "excluded VIP: uplink kept, address not advertised",
+			vips:    []*pb.VIPAssignment{ospfVIP("web", []string{"10.200.0.30"}, base)},
+			include: func(*pb.VIPAssignment) bool { return false },
+			want: Desired{RouterID: node, GracefulRestart: true,
+				Uplinks: []Uplink{{Interface: "eth0", Area: "0.0.0.0", HelloInterval: 1, DeadInterval: 4, Auth: Auth{Key: "k", KeyID: 2}}}},
+		},
 		{
 			name: "one VIP on the default uplink, with BFD",
 			vips: []*pb.VIPAssignment{func() *pb.VIPAssignment {
@@ -62,7 +72,7 @@ func TestFromNode(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, problems := FromNode(&pb.NodeConfig{Vips: tc.vips}, node, []string{"eth0"}, nil)
+			got, problems := FromNode(&pb.NodeConfig{Vips: tc.vips}, node, []string{"eth0"}, tc.include)
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("desired (-want +got):\n%s", diff)
 			}

@@ -37,6 +37,10 @@ const DefaultHeartbeatPort = 3786
 // DefaultL2LeaseTTL is the L2 lease length when Options.L2LeaseTTL is zero.
 const DefaultL2LeaseTTL = 3 * time.Second
 
+// BGPAddressFile records the BGP VIP addresses the manager bound on lo, so
+// that a restarted agent removes only its own.
+const BGPAddressFile = "bgp-addresses.json"
+
 // RestartMarker is the file in Options.StateDir that says a BGP speaker
 // ran and left its routes to graceful restart.
 const RestartMarker = "bgp-graceful-restart"
@@ -97,6 +101,13 @@ type Options struct {
 	BFDSocket string
 	// BFDClient names this agent in novaedge-bfdd's log.
 	BFDClient string
+	// BindBGPAddresses binds the addresses of the BGP VIPs this node
+	// announces on lo (recorded in BGPAddressFile), so that the kernel
+	// delivers the traffic the routers send here to the slow path's
+	// listeners; they stay bound across restarts and go with Withdraw.
+	// False leaves the addresses to the operator (or to IP_FREEBIND, which
+	// receives nothing routed to a non-local address).
+	BindBGPAddresses bool
 	// HeartbeatPort is the UDP port of the L2 heartbeats between agents
 	// (BFD control packets, run by a speaker embedded in the agent), the
 	// same on every node. Zero means DefaultHeartbeatPort.
@@ -149,6 +160,7 @@ type Manager struct {
 	bgpRestarting bool
 	bgpDesired    bgp.Desired
 	bgpErr        string
+	bgpAddrs      *local.Manager
 	derivedID     netip.Addr
 
 	// bgpBFD runs the BGP peers' sessions on the node's BFD speaker;
@@ -352,6 +364,9 @@ func (m *Manager) applyBGP(ctx context.Context, c *compiled, states []VIPState) 
 	for _, p := range ps {
 		problems = append(problems, p.Error())
 	}
+	if err := m.bindBGP(c); err != nil {
+		errs = append(errs, err)
+	}
 	if d.LocalAS != 0 && !d.RouterID.Is4() {
 		errs = append(errs, errors.New("bgp: no router ID: the route towards the first IPv4 peer has no source address and no VIP sets bgp.router_id; set the agent's --router-id"))
 		d = bgp.Desired{}
@@ -425,6 +440,42 @@ func (m *Manager) markerPath() string {
 		return ""
 	}
 	return filepath.Join(m.opts.StateDir, RestartMarker)
+}
+
+// bindBGP binds the addresses of every BGP VIP this node announces on lo,
+// healthy or not: binding announces nothing, and a VIP that comes back
+// healthy then serves at once.
+func (m *Manager) bindBGP(c *compiled) error {
+	if !m.opts.BindBGPAddresses {
+		return nil
+	}
+	var addrs []local.Address
+	for _, v := range c.vips {
+		if v.asg.GetMode() != pb.VIPMode_VIP_MODE_BGP || v.asg.GetRole() != pb.VIPRole_VIP_ROLE_ANNOUNCE {
+			continue
+		}
+		for _, a := range v.addrs {
+			addrs = append(addrs, local.Address{Prefix: netip.PrefixFrom(a, a.BitLen())})
+		}
+	}
+	if m.bgpAddrs == nil {
+		if len(addrs) == 0 {
+			return nil
+		}
+		var file string
+		if m.opts.StateDir != "" {
+			file = filepath.Join(m.opts.StateDir, BGPAddressFile)
+		}
+		am, err := local.New(local.Options{StateFile: file, Logger: m.log.With("component", "bgp")})
+		if err != nil {
+			return fmt.Errorf("bgp addresses: %w", err)
+		}
+		m.bgpAddrs = am
+	}
+	if err := m.bgpAddrs.Apply(addrs); err != nil {
+		return fmt.Errorf("bgp: bind VIP addresses: %w", err)
+	}
+	return nil
 }
 
 // startBGP starts the speaker, restarting (graceful restart's R bit) when
@@ -752,6 +803,12 @@ func (m *Manager) Withdraw() error {
 		m.bgp = nil
 		m.bgpRef.Store(nil)
 		m.writeMarker(false)
+	}
+	if m.bgpAddrs != nil {
+		if err := m.bgpAddrs.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("bgp: unbind addresses: %w", err))
+		}
+		m.bgpAddrs = nil
 	}
 	if m.l2 != nil {
 		errs = append(errs, m.l2.Close())
