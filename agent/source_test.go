@@ -62,7 +62,12 @@ func TestFileSourceProbeFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.WatchProbes(ctx, func() { changes <- struct{}{} }) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
 
 	set("10.0.0.2:80")
 	select {

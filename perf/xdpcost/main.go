@@ -53,15 +53,14 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/novaedge/novaedge/fastpath"
+	"github.com/novaedge/novaedge/perf/internal/progrun"
 )
 
 var (
@@ -285,44 +284,13 @@ func measure(name string, prog *ebpf.Program, pkt []byte, ifindex, repeat, round
 	return r
 }
 
-// progRunAttr is the BPF_PROG_TEST_RUN part of union bpf_attr. cilium/ebpf's
-// Program.Run does not return the duration the kernel measured, and
-// Program.Benchmark takes no context (the ingress interface the FIB lookup
-// needs), so the syscall is made here.
-type progRunAttr struct {
-	progFd, retval          uint32
-	dataSizeIn, dataSizeOut uint32
-	dataIn, dataOut         uint64
-	repeat, duration        uint32
-	ctxSizeIn, ctxSizeOut   uint32
-	ctxIn, ctxOut           uint64
-	flags, cpu, batchSize   uint32
-	_                       uint32
-}
-
 // testRun runs prog repeat times on data and returns its verdict, the
 // kernel's mean time per run and the wall time per run, in nanoseconds.
-// A run interrupted by a signal is made again.
 func testRun(prog *ebpf.Program, data, ctx []byte, repeat uint32) (uint32, float64, float64, error) {
-	for {
-		attr := progRunAttr{
-			progFd: uint32(prog.FD()), dataSizeIn: uint32(len(data)), dataIn: uint64(uintptr(unsafe.Pointer(&data[0]))),
-			repeat: repeat, ctxSizeIn: uint32(len(ctx)), ctxIn: uint64(uintptr(unsafe.Pointer(&ctx[0]))),
-		}
-		start := time.Now()
-		_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		wall := float64(time.Since(start).Nanoseconds()) / float64(repeat)
-		runtime.KeepAlive(data)
-		runtime.KeepAlive(ctx)
-		switch errno {
-		case 0:
-			return attr.retval, float64(attr.duration), wall, nil
-		case unix.EINTR:
-			continue
-		default:
-			return 0, 0, 0, fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
-		}
-	}
+	start := time.Now()
+	verdict, ns, err := progrun.Run(prog.FD(), data, ctx, repeat)
+	wall := float64(time.Since(start).Nanoseconds()) / float64(repeat)
+	return verdict, float64(ns), wall, err
 }
 
 func median(xs []float64) float64 {

@@ -151,7 +151,7 @@ func (p *BFDPeers) Sessions() []bfd.SessionState {
 		st.Config = cfg
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b bfd.SessionState) int { return strings.Compare(a.SessionKey.String(), b.SessionKey.String()) })
+	slices.SortFunc(out, func(a, b bfd.SessionState) int { return strings.Compare(a.String(), b.String()) })
 	return out
 }
 
