@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
@@ -20,6 +21,19 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 	defer be.Close()
 	_ = t
 	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))}, []*pb.Backend{backendOf("ns/a", hostport(be))}))
+	runClients(b, "http://"+e.addr+"/")
+}
+
+// BenchmarkProxyHTTP1IdleTimeout is BenchmarkProxyHTTP1 with the route
+// timeouts snapshot.Build gives every route by default (a 1 h stream idle
+// timeout), as the agent runs.
+func BenchmarkProxyHTTP1IdleTimeout(b *testing.B) {
+	e := newEnvB(b)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hello from backend\n") }))
+	defer be.Close()
+	r := rule(prefix("/"), "ns/a")
+	r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", hostport(be))}))
 	runClients(b, "http://"+e.addr+"/")
 }
 

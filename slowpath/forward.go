@@ -38,7 +38,10 @@ var (
 	errIdleTimeout    = errors.New("stream idle timeout")
 )
 
-// exchange is one client request on its way to a backend.
+// exchange is one client request on its way to a backend. Exchanges are
+// pooled per Proxy (getExchange, putExchange): with the reverse proxy, its
+// bound callbacks, the status writer and the response body wrapper inside,
+// a proxied request allocates none of them.
 type exchange struct {
 	p       *Proxy
 	ln      *listener
@@ -56,19 +59,102 @@ type exchange struct {
 	lbReq lb.Request
 	// idle watches the exchange's activity (nil: no idle timeout).
 	idle *idleWatch
+
+	// sw is the response writer serveHTTP hands on, recording the status.
+	sw statusWriter
+	// rp forwards the request; its callbacks are bound to this exchange
+	// once, when the exchange is made.
+	rp httputil.ReverseProxy
+	// tried are the endpoints tried so far (the first len(tried)), and
+	// wasTried the bound method the balancer asks.
+	tried    [4]*endpoint.Endpoint
+	ntried   int
+	wasTried func(*endpoint.Endpoint) bool
+	// body wraps the response body of the final try; bodyOpen says it was
+	// handed out, and upgraded that an upgraded stream (which the hijacked
+	// connection keeps after the handler returns) refers to the exchange,
+	// which is then never reused.
+	body     body
+	bodyOpen bool
+	upgraded bool
 }
 
-var bufPool = &bytePool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+// getExchange returns a pooled or new exchange of p.
+func (p *Proxy) getExchange() *exchange {
+	if x, ok := p.exchanges.Get().(*exchange); ok {
+		return x
+	}
+	x := &exchange{p: p}
+	x.rp = httputil.ReverseProxy{
+		Rewrite:        x.rewrite,
+		Transport:      x,
+		ErrorHandler:   x.errorHandler,
+		ModifyResponse: x.modifyResponse,
+		BufferPool:     bufPool,
+		ErrorLog:       p.errLog(),
+	}
+	x.wasTried = x.triedBefore
+	x.body.x = x
+	return x
+}
+
+// putExchange returns x to the pool when nothing refers to it any more:
+// its response body (if any) is closed and no upgraded stream uses it.
+func (p *Proxy) putExchange(x *exchange) {
+	if x.upgraded || (x.bodyOpen && !x.body.closed.Load()) {
+		return
+	}
+	x.ln, x.m, x.be, x.reqID, x.hash, x.hasHash, x.cookie = nil, router.Match{}, nil, "", 0, false, nil
+	x.ep.Store(nil)
+	x.tries, x.retryHeld, x.lbReq, x.idle = 0, false, lb.Request{}, nil
+	x.sw = statusWriter{}
+	x.tried, x.ntried = [4]*endpoint.Endpoint{}, 0
+	x.body.reset()
+	x.bodyOpen = false
+	p.exchanges.Put(x)
+}
+
+// triedBefore reports whether e was tried already in this exchange.
+func (x *exchange) triedBefore(e *endpoint.Endpoint) bool {
+	return slices.Contains(x.tried[:x.ntried], e)
+}
+
+var bufPool = &bytePool{size: 32 << 10}
 
 // bytePool is httputil.BufferPool over sync.Pool: copying bodies must not
-// allocate per request.
-type bytePool struct{ p sync.Pool }
+// allocate per request. sync.Pool holds pointers, and the *[]byte a buffer
+// travels in is kept in a pool of its own while the buffer is out, so Put
+// does not allocate one either.
+type bytePool struct {
+	size    int
+	bufs    sync.Pool // *[]byte holding a buffer
+	holders sync.Pool // *[]byte holding nil
+}
 
-func (b *bytePool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
-func (b *bytePool) Put(v []byte) { b.p.Put(&v) }
+// Get returns a buffer of the pool's size.
+func (b *bytePool) Get() []byte {
+	h, ok := b.bufs.Get().(*[]byte)
+	if !ok {
+		return make([]byte, b.size)
+	}
+	v := *h
+	*h = nil
+	b.holders.Put(h)
+	return v
+}
 
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *listener, m router.Match, be *backend) {
-	x := &exchange{p: p, ln: ln, m: m, be: be}
+// Put gives a buffer back.
+func (b *bytePool) Put(v []byte) {
+	h, ok := b.holders.Get().(*[]byte)
+	if !ok {
+		h = new([]byte)
+	}
+	*h = v
+	b.bufs.Put(h)
+}
+
+func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln *listener, m router.Match, be *backend) {
+	x.ln, x.m, x.be = ln, m, be
 	x.reqID = r.Header.Get(requestIDHeader)
 	if x.reqID == "" {
 		x.reqID = newRequestID()
@@ -107,19 +193,21 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 		// byte either way for the route's idle timeout are ended.
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
-		x.idle = newIdleWatch(time.Duration(ms)*time.Millisecond, func() { cancel(errIdleTimeout) })
+		x.idle = newIdleWatch(time.Duration(ms)*time.Millisecond, cancel)
 		defer x.idle.stop()
 		defer cancel(nil)
-		r = r.WithContext(ctx)
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &activityBody{ReadCloser: r.Body, w: x.idle}
-		}
 	}
 	if ms := m.Rule.Timeouts.GetRequestMs(); ms > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(ms)*time.Millisecond, errRequestTimeout)
 		defer cancel()
+	}
+	if ctx != r.Context() {
+		// One copy of the request for both contexts.
 		r = r.WithContext(ctx)
+		if x.idle != nil && r.Body != nil && r.Body != http.NoBody {
+			r.Body = &activityBody{ReadCloser: r.Body, w: x.idle}
+		}
 	}
 	// A small request body is kept in memory when the rule may retry, so
 	// a retry (or a mirror) can send it again, as Envoy buffers bodies for
@@ -139,15 +227,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, _ *Config, ln *l
 		r.Body = io.NopCloser(bytes.NewReader(buf))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	}
-	rp := &httputil.ReverseProxy{
-		Rewrite:        x.rewrite,
-		Transport:      x,
-		ErrorHandler:   x.errorHandler,
-		ModifyResponse: x.modifyResponse,
-		BufferPool:     bufPool,
-		ErrorLog:       p.errLog(),
-	}
-	rp.ServeHTTP(w, r)
+	x.rp.ServeHTTP(w, r)
 }
 
 // remoteIP is the client's address.
@@ -175,21 +255,30 @@ func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	// Append to the client's X-Forwarded-For, as Envoy and nginx do; the
-	// backend sees the whole chain with the nearest hop last.
-	if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
-		out.Header["X-Forwarded-For"] = prior
+	// backend sees the whole chain with the nearest hop last. The headers
+	// are those of ProxyRequest.SetXForwarded, plus Forwarded (RFC 7239)
+	// and the request ID, their values in one backing array.
+	in, h, v := pr.In, out.Header, make([]string, 0, 5)
+	set := func(key, val string) {
+		v = append(v, val)
+		h[key] = v[len(v)-1 : len(v) : len(v)]
 	}
-	pr.SetXForwarded()
+	if clientIP, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
+			clientIP = strings.Join(prior, ", ") + ", " + clientIP
+		}
+		set("X-Forwarded-For", clientIP)
+	} else {
+		delete(h, "X-Forwarded-For")
+	}
+	set("X-Forwarded-Host", in.Host)
 	proto := "http"
-	if pr.In.TLS != nil {
+	if in.TLS != nil {
 		proto = "https"
 	}
-	elem := "for=" + forwardedNode(remoteIP(pr.In)) + ";host=\"" + strings.ReplaceAll(pr.In.Host, `"`, "") + "\";proto=" + proto
-	if prev := pr.In.Header.Values("Forwarded"); len(prev) > 0 {
-		elem = strings.Join(prev, ", ") + ", " + elem
-	}
-	out.Header.Set("Forwarded", elem)
-	out.Header.Set(requestIDHeader, x.reqID)
+	set("X-Forwarded-Proto", proto)
+	set("Forwarded", forwardedElem(in, proto))
+	set(requestIDHeader, x.reqID)
 	x.m.Rule.Filters.ApplyRequest(out) // also moves a rewritten Host header into out.Host
 	// Mirrors get the request as the backend does: rewritten, with the
 	// forwarding headers.
@@ -198,16 +287,38 @@ func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// forwardedNode formats an address for the Forwarded header (RFC 7239:
-// IPv6 quoted and bracketed).
-func forwardedNode(a netip.Addr) string {
-	if !a.IsValid() {
-		return "unknown"
+// forwardedElem is this hop's Forwarded element (RFC 7239), appended to
+// the client's.
+func forwardedElem(in *http.Request, proto string) string {
+	b := make([]byte, 0, 96)
+	b = append(b, "for="...)
+	b = appendForwardedNode(b, remoteIP(in))
+	b = append(b, ";host=\""...)
+	for i := 0; i < len(in.Host); i++ {
+		if in.Host[i] != '"' {
+			b = append(b, in.Host[i])
+		}
 	}
-	if a.Is6() {
-		return `"[` + a.String() + `]"`
+	b = append(b, "\";proto="...)
+	b = append(b, proto...)
+	if prev := in.Header.Values("Forwarded"); len(prev) > 0 {
+		return strings.Join(prev, ", ") + ", " + string(b)
 	}
-	return a.String()
+	return string(b)
+}
+
+// appendForwardedNode appends an address as the Forwarded header wants it
+// (RFC 7239: IPv6 quoted and bracketed).
+func appendForwardedNode(b []byte, a netip.Addr) []byte {
+	switch {
+	case !a.IsValid():
+		return append(b, "unknown"...)
+	case a.Is6():
+		b = append(b, `"[`...)
+		b = a.AppendTo(b)
+		return append(b, `]"`...)
+	}
+	return a.AppendTo(b)
 }
 
 func (x *exchange) modifyResponse(resp *http.Response) error {
@@ -281,21 +392,17 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 	if perTry == 0 {
 		perTry = time.Duration(rule.Timeouts.GetBackendRequestMs()) * time.Millisecond
 	}
-	var tried [4]*endpoint.Endpoint
-	ntried := 0
-	wasTried := func(e *endpoint.Endpoint) bool { return slices.Contains(tried[:ntried], e) }
-
 	for try := 0; ; try++ {
 		x.tries = try + 1
 		now := time.Now()
-		x.lbReq = lb.Request{Now: now, Hash: x.hash, HasHash: x.hasHash, Tried: wasTried}
+		x.lbReq = lb.Request{Now: now, Hash: x.hash, HasHash: x.hasHash, Tried: x.wasTried}
 		ep := be.balancer.Pick(&x.lbReq)
 		if ep == nil {
 			return nil, errNoEndpoint
 		}
-		if ntried < len(tried) {
-			tried[ntried] = ep
-			ntried++
+		if x.ntried < len(x.tried) {
+			x.tried[x.ntried] = ep
+			x.ntried++
 		}
 		x.ep.Store(ep)
 
@@ -356,13 +463,13 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 			backoff(req.Context(), retry, try)
 			continue
 		}
-		resp.Body = wrapBody(resp, x.idle, func() { ep.End(); cancel(); x.releaseRetry() })
+		resp.Body = x.wrapBody(resp, ep, cancel)
 		return resp, nil
 	}
 }
 
 func (x *exchange) report(ep *endpoint.Endpoint, res health.Result) {
-	x.p.metrics.upstream.WithLabelValues(x.be.name, resultName(res)).Inc()
+	x.p.metrics.upstreamTry(x.be.name, res)
 	if o := x.be.state.outlier; o != nil {
 		o.Report(ep, res)
 	}
@@ -492,22 +599,32 @@ func backoff(ctx context.Context, rp *pb.RetryPolicy, try int) {
 	}
 }
 
-// wrapBody calls done once when the response body is closed (the exchange
-// is over). A 101 Switching Protocols body must stay writable for the
-// upgraded connection (WebSocket).
-func wrapBody(resp *http.Response, idle *idleWatch, done func()) io.ReadCloser {
-	var once sync.Once
-	finish := func() { once.Do(done) }
+// wrapBody returns the response body the exchange hands on: closing it
+// ends the exchange once (the endpoint's request, the per-try context, the
+// retry held). A 101 Switching Protocols body must stay writable for the
+// upgraded connection (WebSocket); it outlives the handler, so it gets a
+// wrapper of its own and the exchange is not reused.
+func (x *exchange) wrapBody(resp *http.Response, ep *endpoint.Endpoint, cancel func()) io.ReadCloser {
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		return &rwBody{ReadWriteCloser: rwc, done: finish, idle: idle}
+		x.upgraded = true
+		var once sync.Once
+		finish := func() { once.Do(func() { ep.End(); cancel(); x.releaseRetry() }) }
+		return &rwBody{ReadWriteCloser: rwc, done: finish, idle: x.idle}
 	}
-	return &body{ReadCloser: resp.Body, done: finish, idle: idle}
+	b := &x.body
+	b.ReadCloser, b.ep, b.cancel, b.idle = resp.Body, ep, cancel, x.idle
+	x.bodyOpen = true
+	return b
 }
 
+// body is the response body of a finished try, embedded in its exchange.
 type body struct {
 	io.ReadCloser
-	done func()
-	idle *idleWatch
+	x      *exchange
+	ep     *endpoint.Endpoint
+	cancel func()
+	idle   *idleWatch
+	closed atomic.Bool
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -518,10 +635,20 @@ func (b *body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the body and, the first time, ends the exchange.
 func (b *body) Close() error {
 	err := b.ReadCloser.Close()
-	b.done()
+	if b.closed.CompareAndSwap(false, true) {
+		b.ep.End()
+		b.cancel()
+		b.x.releaseRetry()
+	}
 	return err
+}
+
+func (b *body) reset() {
+	b.ReadCloser, b.ep, b.cancel, b.idle = nil, nil, nil, nil
+	b.closed.Store(false)
 }
 
 type rwBody struct {
@@ -566,18 +693,19 @@ func (b *activityBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// idleWatch calls fire when no activity was seen for d. Activity costs an
-// atomic store; the timer re-arms itself for the time left instead of
-// being reset on every byte.
+// idleWatch cancels the exchange when no activity was seen for d.
+// Activity costs an atomic store; the timer re-arms itself for the time
+// left instead of being reset on every byte.
 type idleWatch struct {
-	d     time.Duration
-	last  atomic.Int64 // Unix nanoseconds of the last activity
-	timer *time.Timer
-	fire  func()
+	d      time.Duration
+	last   atomic.Int64 // Unix nanoseconds of the last activity
+	timer  *time.Timer
+	cancel context.CancelCauseFunc
 }
 
-func newIdleWatch(d time.Duration, fire func()) *idleWatch {
-	w := &idleWatch{d: d, fire: fire}
+// newIdleWatch cancels with errIdleTimeout when idle for d.
+func newIdleWatch(d time.Duration, cancel context.CancelCauseFunc) *idleWatch {
+	w := &idleWatch{d: d, cancel: cancel}
 	w.last.Store(time.Now().UnixNano())
 	w.timer = time.AfterFunc(d, w.check)
 	return w
@@ -586,7 +714,7 @@ func newIdleWatch(d time.Duration, fire func()) *idleWatch {
 func (w *idleWatch) check() {
 	idle := time.Since(time.Unix(0, w.last.Load()))
 	if idle >= w.d {
-		w.fire()
+		w.cancel(errIdleTimeout)
 		return
 	}
 	w.timer.Reset(w.d - idle)

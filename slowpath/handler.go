@@ -22,9 +22,14 @@ const requestIDHeader = "X-Request-Id"
 // scheme redirects, routing, route redirects, then forwarding.
 func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	w := &statusWriter{ResponseWriter: rw}
+	x := p.getExchange()
+	w := &x.sw
+	w.ResponseWriter = rw
 	var lname, route, backend string
-	defer func() { p.metrics.observe(lname, route, backend, w.code, start) }()
+	defer func() {
+		p.metrics.observe(lname, route, backend, w.code, start)
+		p.putExchange(x)
+	}()
 
 	cfg := p.cfg.Load()
 	ln := cfg.listeners[key]
@@ -83,10 +88,10 @@ func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Reque
 				p.log.Debug("compressed response not completed", "route", route, "error", err)
 			}
 		}()
-		p.forward(cw, r, cfg, ln, m, be)
+		p.forward(x, cw, r, ln, m, be)
 		return
 	}
-	p.forward(w, r, cfg, ln, m, be)
+	p.forward(x, w, r, ln, m, be)
 }
 
 // badRequest returns why a request must not be forwarded, or "". Go's

@@ -3,6 +3,7 @@ package slowpath
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,24 @@ type metrics struct {
 	overloaded *prometheus.CounterVec
 	healthy    *prometheus.GaugeVec
 	ejected    *prometheus.GaugeVec
+
+	// The series of the per-request metrics, by label values: looking a
+	// series up in a Vec (WithLabelValues) validates and hashes every label
+	// value and takes the Vec's lock, on every request. Series are never
+	// deleted, so a cached one stays the exported one.
+	requestSeries  sync.Map // requestLabels → prometheus.Counter
+	durationSeries sync.Map // [2]string{listener, route} → prometheus.Observer
+	upstreamSeries sync.Map // upstreamLabels → prometheus.Counter
+}
+
+type requestLabels struct {
+	listener, route, backend string
+	code                     int
+}
+
+type upstreamLabels struct {
+	backend string
+	result  health.Result
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -102,8 +121,28 @@ func (m *metrics) observe(listener, route, backend string, code int, start time.
 	if code == 0 {
 		code = http.StatusSwitchingProtocols // hijacked for an upgrade, or no answer
 	}
-	m.requests.WithLabelValues(listener, route, backend, strconv.Itoa(code)).Inc()
-	m.duration.WithLabelValues(listener, route).Observe(time.Since(start).Seconds())
+	rk := requestLabels{listener, route, backend, code}
+	c, ok := m.requestSeries.Load(rk)
+	if !ok {
+		c, _ = m.requestSeries.LoadOrStore(rk, m.requests.WithLabelValues(listener, route, backend, strconv.Itoa(code)))
+	}
+	c.(prometheus.Counter).Inc()
+	dk := [2]string{listener, route}
+	o, ok := m.durationSeries.Load(dk)
+	if !ok {
+		o, _ = m.durationSeries.LoadOrStore(dk, m.duration.WithLabelValues(listener, route))
+	}
+	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
+}
+
+// upstreamTry counts one try sent to a backend by its outcome.
+func (m *metrics) upstreamTry(backend string, res health.Result) {
+	k := upstreamLabels{backend, res}
+	c, ok := m.upstreamSeries.Load(k)
+	if !ok {
+		c, _ = m.upstreamSeries.LoadOrStore(k, m.upstream.WithLabelValues(backend, resultName(res)))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 // onHealth keeps the endpoint gauges in step with health verdicts.

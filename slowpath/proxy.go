@@ -66,6 +66,8 @@ type Proxy struct {
 	httpLog *log.Logger
 	metrics *metrics
 	cfg     atomic.Pointer[Config]
+	// exchanges pools per-request state (see exchange).
+	exchanges sync.Pool
 
 	// Owned by the agent's goroutine (Compile and the switch), and by
 	// Close.

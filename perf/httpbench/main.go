@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +41,8 @@ const (
 	nginxH1     = 19501
 	haproxyH1   = 19502
 	novaH1      = 19503
+	novaBase    = 19505 // -baseline-agent
+	novaOps     = 19520 // the agent's ops server with -profile
 	nginxH2     = 19511
 	haproxyH2   = 19512
 	plainRP     = 19504
@@ -54,7 +58,11 @@ type result struct {
 	Requests    float64 `json:"requests"`
 	CPUSeconds  float64 `json:"proxy_cpu_seconds"`
 	CPUusPerReq float64 `json:"proxy_cpu_us_per_request"`
-	Errors      string  `json:"errors,omitempty"`
+	// The user-space share of CPUusPerReq: the proxy's own code, apart
+	// from the kernel's socket work, which depends on how often peers
+	// sleep and must be woken.
+	UserUsPerReq float64 `json:"proxy_user_us_per_request"`
+	Errors       string  `json:"errors,omitempty"`
 }
 
 func main() {
@@ -64,6 +72,9 @@ func main() {
 		duration = flag.Duration("duration", 10*time.Second, "length of each measurement")
 		conns    = flag.Int("connections", 64, "concurrent connections (wrk), clients (h2load: connections/4 with 16 streams each)")
 	)
+	profile := flag.String("profile", "", "write a CPU profile of novaedge-agent, taken while wrk runs against it, to this file (the agent then runs with --pprof on 127.0.0.1:19520)")
+	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
+	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -113,7 +124,7 @@ func main() {
 		return cmd
 	}
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP} {
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, novaOps} {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			_ = c.Close()
 			log.Fatalf("port %d is in use (another benchmark running?)", port)
@@ -155,7 +166,14 @@ backend be
 `, haproxyH1, haproxyH2, backendPort))
 	haproxy := start("haproxy", 1, nil, "haproxy", "-f", filepath.Join(tmp, "haproxy.cfg"), "-db")
 
-	writeFile(tmp, "novaedge.yaml", fmt.Sprintf(`apiVersion: novaedge.io/v1alpha1
+	// startAgent runs an agent binary with the bench route on port, its
+	// state in a directory of its own.
+	startAgent := func(name, bin string, port int, extra ...string) *exec.Cmd {
+		dir := filepath.Join(tmp, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fail("%v", err)
+		}
+		writeFile(dir, "novaedge.yaml", fmt.Sprintf(`apiVersion: novaedge.io/v1alpha1
 kind: ProxyVIP
 metadata: {name: bench}
 spec: {address: 127.0.0.1/32, mode: Local, ports: [%[1]d]}
@@ -179,13 +197,24 @@ metadata: {name: backend, namespace: bench}
 spec:
   lbPolicy: RoundRobin
   endpoints: [{address: 127.0.0.1, port: %[2]d}]
-`, novaH1, backendPort))
-	nova := start("novaedge", 1, []string{"GOMAXPROCS=1"}, *agent, "--standalone", "--config", filepath.Join(tmp, "novaedge.yaml"),
-		"--admin-socket", filepath.Join(tmp, "agent.sock"), "--metrics-addr", "", "--state-dir", tmp, "--handoff-socket", "",
-		"--bind-local-vips=false", "--watch=false", "--log-level", "warn",
-		// The slow path over loopback is measured; the fast path would
-		// attach XDP to this host's default-route interface.
-		"--fastpath", "off")
+`, port, backendPort))
+		args := []string{bin, "--standalone", "--config", filepath.Join(dir, "novaedge.yaml"),
+			"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--state-dir", dir, "--handoff-socket", "",
+			"--bind-local-vips=false", "--watch=false", "--log-level", "warn",
+			// The slow path over loopback is measured; the fast path would
+			// attach XDP to this host's default-route interface.
+			"--fastpath", "off"}
+		return start(name, 1, []string{"GOMAXPROCS=1"}, append(args, extra...)...)
+	}
+	var profArgs []string
+	if *profile != "" {
+		profArgs = []string{"--pprof", "--metrics-addr", "127.0.0.1:" + strconv.Itoa(novaOps)}
+	}
+	nova := startAgent("novaedge", *agent, novaH1, profArgs...)
+	var base *exec.Cmd
+	if *baseAgent != "" {
+		base = startAgent("novaedge-base", *baseAgent, novaBase)
+	}
 
 	self, err := os.Executable()
 	if err != nil {
@@ -193,7 +222,11 @@ spec:
 	}
 	rp := start("reverseproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-reverse-proxy", "127.0.0.1:"+strconv.Itoa(plainRP))
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP} {
+	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP}
+	if base != nil {
+		ports = append(ports, novaBase)
+	}
+	for _, port := range ports {
 		if err := waitPort(port, 20*time.Second); err != nil {
 			fail("port %d: %v (logs in %s)", port, err, tmp)
 		}
@@ -212,41 +245,90 @@ spec:
 		// The floor any proxy built on net/http starts from.
 		{"httputil.ReverseProxy", plainRP, 0, rp},
 	}
+	if base != nil {
+		// Right after novaedge, so both see the machine in the same state.
+		targets = slices.Insert(targets, 4, target{"novaedge-base", novaBase, novaBase, base})
+	}
 	var results []result
 	for _, t := range targets {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), t.name) {
+			continue
+		}
 		// Warm up connection pools and caches.
 		_, _ = runWrk(t.h1, 2*time.Second, *conns)
-		cpu0 := treeCPU(t.cmd)
+		var prof chan error
+		if *profile != "" && t.cmd == nova {
+			// The profile covers the measurement but its first and last
+			// half second, when wrk starts and stops.
+			prof = make(chan error, 1)
+			go func() { prof <- fetchProfile(novaOps, max(*duration-time.Second, time.Second), *profile) }()
+		}
+		cpu0, user0 := treeCPU(t.cmd)
 		r, err := runWrk(t.h1, *duration, *conns)
+		if prof != nil {
+			if err := <-prof; err != nil {
+				log.Printf("profile: %v", err)
+			} else {
+				log.Printf("profile: %s", *profile)
+			}
+		}
 		r.Target, r.Protocol = t.name, "http/1.1"
 		if err != nil {
 			r.Errors = err.Error()
 		}
-		r.CPUSeconds = treeCPU(t.cmd) - cpu0
+		cpu1, user1 := treeCPU(t.cmd)
+		r.CPUSeconds = cpu1 - cpu0
 		if r.Requests > 0 && t.cmd != nil {
 			r.CPUusPerReq = r.CPUSeconds / r.Requests * 1e6
+			r.UserUsPerReq = (user1 - user0) / r.Requests * 1e6
 		}
 		results = append(results, r)
-		log.Printf("%-9s http/1.1 %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req %s", t.name, r.RPS, r.P50ms, r.P99ms, r.CPUusPerReq, r.Errors)
+		log.Printf("%-9s http/1.1 %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req (user %5.1f) %s", t.name, r.RPS, r.P50ms, r.P99ms, r.CPUusPerReq, r.UserUsPerReq, r.Errors)
 		if t.h2 == 0 {
 			continue
 		}
-		cpu0 = treeCPU(t.cmd)
+		cpu0, user0 = treeCPU(t.cmd)
 		r2, err := runH2load(t.h2, *duration, *conns)
 		r2.Target, r2.Protocol = t.name, "h2c"
 		if err != nil {
 			r2.Errors = err.Error()
 		}
-		r2.CPUSeconds = treeCPU(t.cmd) - cpu0
+		cpu1, user1 = treeCPU(t.cmd)
+		r2.CPUSeconds = cpu1 - cpu0
 		if r2.Requests > 0 {
 			r2.CPUusPerReq = r2.CPUSeconds / r2.Requests * 1e6
+			r2.UserUsPerReq = (user1 - user0) / r2.Requests * 1e6
 		}
 		results = append(results, r2)
-		log.Printf("%-9s h2c      %10.0f req/s  mean %6.3f ms               %5.1f µs CPU/req %s", t.name, r2.RPS, r2.MeanMs, r2.CPUusPerReq, r2.Errors)
+		log.Printf("%-9s h2c      %10.0f req/s  mean %6.3f ms               %5.1f µs CPU/req (user %5.1f) %s", t.name, r2.RPS, r2.MeanMs, r2.CPUusPerReq, r2.UserUsPerReq, r2.Errors)
 	}
 	if err := writeReport(*out, results, *duration, *conns); err != nil {
 		fail("%v", err)
 	}
+}
+
+// fetchProfile writes a CPU profile of d from the agent's ops server on
+// port to path.
+func fetchProfile(port int, d time.Duration, path string) error {
+	time.Sleep(500 * time.Millisecond)
+	c := &http.Client{Timeout: d + 10*time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds())))
+	if err != nil {
+		return fmt.Errorf("fetch agent CPU profile: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch agent CPU profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write agent CPU profile: %w", err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write agent CPU profile: %w", err)
+	}
+	return f.Close()
 }
 
 func writeFile(dir, name, content string) {
@@ -269,13 +351,12 @@ func waitPort(port int, d time.Duration) error {
 	}
 }
 
-// treeCPU returns the user+system CPU seconds of cmd's process and its
-// children (nginx's worker), read from /proc.
-func treeCPU(cmd *exec.Cmd) float64 {
+// treeCPU returns the user+system and the user CPU seconds of cmd's
+// process and its children (nginx's worker), read from /proc.
+func treeCPU(cmd *exec.Cmd) (total, user float64) {
 	if cmd == nil {
-		return 0
+		return 0, 0
 	}
-	total := 0.0
 	var walk func(pid int)
 	walk = func(pid int) {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -288,6 +369,7 @@ func treeCPU(cmd *exec.Cmd) float64 {
 		ut, _ := strconv.ParseFloat(f[11], 64)
 		st, _ := strconv.ParseFloat(f[12], 64)
 		total += (ut + st) / 100 // USER_HZ
+		user += ut / 100
 		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		for _, k := range strings.Fields(string(kids)) {
 			if n, err := strconv.Atoi(k); err == nil {
@@ -296,7 +378,7 @@ func treeCPU(cmd *exec.Cmd) float64 {
 		}
 	}
 	walk(cmd.Process.Pid)
-	return total
+	return total, user
 }
 
 var (
@@ -402,7 +484,7 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 		stamp, host, runtime.NumCPU(), runtime.Version(), d, conns, max(conns/4, 1))
 	for _, proto := range []string{"http/1.1", "h2c"} {
 		ha := find("haproxy", proto)
-		fmt.Fprintf(&b, "## %s\n\n| target | req/s | vs HAProxy | p50 ms | p99 ms | mean ms | proxy CPU µs/req | errors |\n|---|---|---|---|---|---|---|---|\n", proto)
+		fmt.Fprintf(&b, "## %s\n\n| target | req/s | vs HAProxy | p50 ms | p99 ms | mean ms | proxy CPU µs/req | of it user | errors |\n|---|---|---|---|---|---|---|---|---|\n", proto)
 		for _, r := range rs {
 			if r.Protocol != proto {
 				continue
@@ -411,12 +493,15 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 			if ha != nil && ha.RPS > 0 {
 				ratio = fmt.Sprintf("%.2f", r.RPS/ha.RPS)
 			}
-			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.Target, r.RPS, ratio, num(r.P50ms), num(r.P99ms), num(r.MeanMs), num(r.CPUusPerReq), r.Errors)
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", r.Target, r.RPS, ratio, num(r.P50ms), num(r.P99ms), num(r.MeanMs), num(r.CPUusPerReq), num(r.UserUsPerReq), r.Errors)
 		}
 		b.WriteString("\n")
 	}
 	if nv, ha := find("novaedge", "http/1.1"), find("haproxy", "http/1.1"); nv != nil && ha != nil && ha.RPS > 0 && ha.P99ms > 0 {
 		fmt.Fprintf(&b, "NovaEdge / HAProxy: throughput %.2f×, p99 %.2f× (goal ≥ 1.0× and ≤ 1.2×).\n", nv.RPS/ha.RPS, nv.P99ms/ha.P99ms)
+	}
+	if nv, bs := find("novaedge", "http/1.1"), find("novaedge-base", "http/1.1"); nv != nil && bs != nil && bs.RPS > 0 && bs.CPUusPerReq > 0 {
+		fmt.Fprintf(&b, "NovaEdge / baseline agent (-baseline-agent): throughput %.2f×, CPU per request %.2f× (user space %.2f×).\n", nv.RPS/bs.RPS, nv.CPUusPerReq/bs.CPUusPerReq, nv.UserUsPerReq/max(bs.UserUsPerReq, 1e-9))
 	}
 	if nv, rp := find("novaedge", "http/1.1"), find("httputil.ReverseProxy", "http/1.1"); nv != nil && rp != nil && rp.RPS > 0 {
 		fmt.Fprintf(&b, "NovaEdge / plain httputil.ReverseProxy: throughput %.2f×.\n", nv.RPS/rp.RPS)
