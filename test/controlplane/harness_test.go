@@ -48,6 +48,9 @@ type cluster struct {
 	// agents' Lease renewers use instead of the administrator's access.
 	controllerConfig *rest.Config
 	agentClient      kubernetes.Interface
+	// replicas are the controllers started, whose logs a timeout shows.
+	mu       sync.Mutex
+	replicas []*replica
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -128,7 +131,13 @@ func (c *cluster) eventually(what string, cond func() (bool, string)) {
 		last = state
 		time.Sleep(100 * time.Millisecond)
 	}
-	c.t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+	var logs strings.Builder
+	c.mu.Lock()
+	for _, r := range c.replicas {
+		fmt.Fprintf(&logs, "\ncontroller %s log (tail):\n%s", r.name, r.logs.tail(3000))
+	}
+	c.mu.Unlock()
+	c.t.Fatalf("timed out waiting for %s; last seen: %s%s", what, last, logs.String())
 }
 
 // replica is one controller process (in-process here).
@@ -150,6 +159,9 @@ func (c *cluster) startController(name string) *replica {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	r := &replica{name: name, addr: lis.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
+	c.mu.Lock()
+	c.replicas = append(c.replicas, r)
+	c.mu.Unlock()
 	go func() {
 		cfg := c.env.Config
 		if c.controllerConfig != nil {
@@ -158,8 +170,12 @@ func (c *cluster) startController(name string) *replica {
 		r.done <- controller.Serve(ctx, cfg, controller.ServeOptions{
 			Options: controller.Options{
 				Namespace: c.ns, Identity: name, LeaderElect: true,
-				// Short leases: a failover test waits for one to expire.
-				LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 300 * time.Millisecond,
+				// A stopped leader releases its lease and a follower
+				// polls every RetryPeriod, so failover is quick; the
+				// renew deadline is the production default, or a loaded
+				// CI machine makes the only replica lose its lead (and
+				// stop) in the middle of a test.
+				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 300 * time.Millisecond,
 				ServeClasslessServices: true,
 				Debounce:               50 * time.Millisecond, Resync: 300 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

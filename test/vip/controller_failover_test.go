@@ -65,14 +65,14 @@ const (
 )
 
 // hostLink connects the root namespace to the bridge br0 of sw with a veth
-// pair named "nel2c-<random>" on the host side (the peer is "ph" in sw),
-// with cfHost/24 on it, and deletes it in t.Cleanup (deleting sw would
+// pair named prefix-<random> on the host side (the peer is "ph" in sw),
+// with host/24 on it, and deletes it in t.Cleanup (deleting sw would
 // too, but the host side is removed by name first).
-func hostLink(t *testing.T, sw *frr.NetNS) string {
+func hostLink(t *testing.T, sw *frr.NetNS, prefix, host string) string {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	name := "nel2c-" + hex.EncodeToString(b[:])
+	name := prefix + "-" + hex.EncodeToString(b[:])
 	frr.Run(t, frr.IPCmd, "link", "add", name, "type", "veth", "peer", "name", "ph", "netns", sw.Name)
 	t.Cleanup(func() {
 		out, err := exec.Command(frr.IPCmd, "link", "del", name).CombinedOutput()
@@ -80,7 +80,7 @@ func hostLink(t *testing.T, sw *frr.NetNS) string {
 			t.Errorf("delete host link %s: %v: %s", name, err, out)
 		}
 	})
-	frr.Run(t, frr.IPCmd, "addr", "add", cfHost+"/24", "dev", name)
+	frr.Run(t, frr.IPCmd, "addr", "add", host+"/24", "dev", name)
 	frr.Run(t, frr.IPCmd, "link", "set", name, "up")
 	sw.IP(t, "link", "set", "ph", "master", "br0")
 	sw.IP(t, "link", "set", "ph", "up")
@@ -196,14 +196,14 @@ type cfController struct {
 }
 
 // startCFController runs the controller for namespace ns (its Secrets and
-// the agents' Leases) with its gRPC server on cfHost, and stops it in
+// the agents' Leases) with its gRPC server on host, and stops it in
 // t.Cleanup. Its timers are short (debounce, resync) so that a Lease's
 // expiry is noticed soon after it happens.
-func startCFController(t *testing.T, env *kubeenv.Env, ns string) *cfController {
+func startCFController(t *testing.T, env *kubeenv.Env, ns, host string) *cfController {
 	t.Helper()
-	lis, err := net.Listen("tcp", net.JoinHostPort(cfHost, "0"))
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		t.Fatalf("controller: listen on %s: %v", cfHost, err)
+		t.Fatalf("controller: listen on %s: %v", host, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cfController{addr: lis.Addr().String(), logs: &frr.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
@@ -413,14 +413,14 @@ func TestControllerFailover(t *testing.T) {
 		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
 		sw.IP(t, "link", "set", n.port, "master", "br0")
 	}
-	hostLink(t, sw)
+	hostLink(t, sw, "nel2c", cfHost)
 	apiURL, err := url.Parse(env.Config.Host)
 	if err != nil || apiURL.Host == "" {
 		t.Fatalf("envtest API server address %q: %v", env.Config.Host, err)
 	}
 	kubeconfig := agentKubeconfig(t, env, forwardTCP(t, cfHost, apiURL.Host))
 
-	ctl := startCFController(t, env, ns)
+	ctl := startCFController(t, env, ns, cfHost)
 	tlsDir := agentTLSDir(t, env, ns)
 	agents := map[string]*cfAgent{}
 	macs := map[string]string{}

@@ -2,30 +2,24 @@ package vip
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/novaedge/novaedge/agent/lease"
 	"github.com/novaedge/novaedge/api/v1alpha1"
-	"github.com/novaedge/novaedge/controller"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/test/frr"
 	"github.com/novaedge/novaedge/test/kubeenv"
@@ -68,66 +62,6 @@ func hwRouterConfig() string {
 	}
 	b.WriteString(" exit-address-family\n!\n")
 	return b.String()
-}
-
-// hwHostLink is hostLink with this test's host address: a veth pair named
-// "nehw-<random>" from the root namespace into sw's bridge br0, deleted by
-// name in t.Cleanup.
-func hwHostLink(t *testing.T, sw *frr.NetNS) {
-	t.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "nehw-" + hex.EncodeToString(b[:])
-	frr.Run(t, frr.IPCmd, "link", "add", name, "type", "veth", "peer", "name", "ph", "netns", sw.Name)
-	t.Cleanup(func() {
-		out, err := exec.Command(frr.IPCmd, "link", "del", name).CombinedOutput()
-		if err != nil && !strings.Contains(string(out), "Cannot find device") {
-			t.Errorf("delete host link %s: %v: %s", name, err, out)
-		}
-	})
-	frr.Run(t, frr.IPCmd, "addr", "add", hwHost+"/24", "dev", name)
-	frr.Run(t, frr.IPCmd, "link", "set", name, "up")
-	sw.IP(t, "link", "set", "ph", "master", "br0")
-	sw.IP(t, "link", "set", "ph", "up")
-}
-
-// startHWController is startCFController listening on this test's host
-// address: the controller for namespace ns, in the test process, with
-// short timers, stopped in t.Cleanup (its log shown if t failed).
-func startHWController(t *testing.T, env *kubeenv.Env, ns string) *cfController {
-	t.Helper()
-	lis, err := net.Listen("tcp", net.JoinHostPort(hwHost, "0"))
-	if err != nil {
-		t.Fatalf("controller: listen on %s: %v", hwHost, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &cfController{addr: lis.Addr().String(), logs: &frr.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		c.done <- controller.Serve(ctx, env.Config, controller.ServeOptions{
-			Options: controller.Options{
-				Namespace: ns, Identity: "c1",
-				Debounce: 50 * time.Millisecond, Resync: 300 * time.Millisecond,
-				Logger: slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			},
-			Listener:   lis,
-			Registerer: prometheus.NewRegistry(),
-		})
-	}()
-	t.Cleanup(func() {
-		c.cancel()
-		select {
-		case err := <-c.done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("controller: %v", err)
-			}
-		case <-time.After(frr.HangGuard):
-			t.Errorf("controller did not stop within %v", frr.HangGuard)
-		}
-		if t.Failed() {
-			t.Logf("controller log (tail):\n%s", cfTail(c.logs.String(), 12000))
-		}
-	})
-	return c
 }
 
 // serveBackend runs an HTTP server on addr inside ns (the socket is opened
@@ -295,7 +229,7 @@ func TestControllerHealthWithdraw(t *testing.T) {
 		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
 		sw.IP(t, "link", "set", n.port, "master", "br0")
 	}
-	hwHostLink(t, sw)
+	hostLink(t, sw, "nehw", hwHost)
 	router := frr.Start(t, rns,
 		frr.Daemon{Name: "zebra", Config: "hostname tor\n"},
 		frr.Daemon{Name: "bgpd", Config: hwRouterConfig(), Args: []string{"-p", "179"}},
@@ -307,7 +241,7 @@ func TestControllerHealthWithdraw(t *testing.T) {
 		t.Fatalf("envtest API server address %q: %v", env.Config.Host, err)
 	}
 	kubeconfig := agentKubeconfig(t, env, forwardTCP(t, hwHost, apiURL.Host))
-	ctrl := startHWController(t, env, ns)
+	ctrl := startCFController(t, env, ns, hwHost)
 	tlsDir := agentTLSDir(t, env, ns)
 	agents := map[string]*cfAgent{}
 	for _, n := range []struct {
