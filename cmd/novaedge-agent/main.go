@@ -54,6 +54,7 @@ type flags struct {
 	controller    string
 	controllerTLS string
 	nodeLease     bool
+	leaseDuration time.Duration
 	leaseNS       string
 	kubeconfig    string
 	serverName    string
@@ -153,6 +154,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.StringVar(&f.controllerTLS, "controller-tls-dir", "/etc/novaedge/tls", "directory with ca.crt (the CA of the controller's certificate), tls.crt and tls.key (the agent's client certificate) for --controller")
 	fl.StringVar(&f.serverName, "controller-server-name", "", "name the controller's certificate must carry; empty: the host part of --controller")
 	fl.BoolVar(&f.nodeLease, "node-lease", true, "with --controller: renew the Lease novaedge-agent-<node> that tells the controller this agent is alive (without it the node never serves VIPs)")
+	fl.DurationVar(&f.leaseDuration, "node-lease-duration", lease.DefaultDuration, "with --controller: how long one renewal of the agent's Lease keeps this node alive to the controller (renewed every third of it; whole seconds): a dead agent's VIPs move this much after its last renewal")
 	fl.StringVar(&f.leaseNS, "lease-namespace", "", "namespace of the agent's Lease; empty: $POD_NAMESPACE, else novaedge-system")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease; empty: $KUBECONFIG, else the pod's service account")
 	fl.StringArrayVar(&f.configs, "config", nil, "configuration file or directory (its *.yaml and *.yml files); repeatable; empty: the embedded example deploy/examples/standalone.yaml")
@@ -231,6 +233,9 @@ func (f *flags) check() error {
 	}
 	if f.bgpListenPort < 0 || f.bgpListenPort > 65535 {
 		return usageErr{fmt.Errorf("--bgp-listen-port %d: must be 0-65535", f.bgpListenPort)}
+	}
+	if f.leaseDuration < 3*time.Second || f.leaseDuration%time.Second != 0 {
+		return usageErr{fmt.Errorf("--node-lease-duration %v: must be whole seconds, at least 3s", f.leaseDuration)}
 	}
 	if f.hbPort == 0 {
 		return usageErr{errors.New("--l2-heartbeat-port 0: must be 1-65535")}
@@ -579,7 +584,7 @@ func (f *flags) leaseRenewer(node string, log *slog.Logger, report func() lease.
 	if ns == "" {
 		ns = "novaedge-system"
 	}
-	return lease.New(lease.Options{Client: cs, Namespace: ns, Node: node, Logger: log.With("component", "lease"), Report: report})
+	return lease.New(lease.Options{Client: cs, Namespace: ns, Node: node, Duration: f.leaseDuration, Logger: log.With("component", "lease"), Report: report})
 }
 
 // controllerSource returns the source that follows --controller, with the
