@@ -41,6 +41,11 @@ type BFDOptions struct {
 	Poll time.Duration
 	// Logger receives state changes and failures. Nil discards.
 	Logger *slog.Logger
+	// StateFile records the peers written, so that the next agent removes
+	// those it no longer wants (after Ready) and never one it did not
+	// write. Empty: peers left by an earlier agent stay until removed by
+	// hand.
+	StateFile string
 }
 
 // BFDPeers runs BFD sessions in FRR's bfdd, as "peer" entries of its bfd
@@ -58,6 +63,10 @@ type BFDPeers struct {
 	desired map[bfd.SessionKey]bfd.SessionConfig
 	last    map[bfd.SessionKey]bfd.SessionState
 	subs    eventq.Fanout[bfd.StateChange]
+	// earlier are the peers an earlier agent wrote (StateFile) that this
+	// one has not adopted yet; Ready removes them.
+	earlier map[bfd.SessionKey]bool
+	ready   bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -76,8 +85,90 @@ func NewBFDPeers(opts BFDOptions) (*BFDPeers, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	earlier, err := p.load()
+	if err != nil {
+		return nil, err
+	}
+	p.earlier = earlier
 	go p.run()
 	return p, nil
+}
+
+// Ready says the wanted sessions are all added: the peers an earlier agent
+// wrote and this one did not adopt are removed from bfdd.
+func (p *BFDPeers) Ready() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready || p.closed {
+		return
+	}
+	p.ready = true
+	for k := range p.earlier {
+		if err := p.vtysh("configure terminal", "bfd", "no "+peerLine(k)); err != nil {
+			p.log.Warn("cannot remove a bfd peer an earlier agent wrote", "session", k, "error", err)
+			continue
+		}
+		p.log.Info("removed a bfd peer an earlier agent wrote and this one does not want", "session", k)
+	}
+	p.earlier = nil
+	p.saveLocked()
+}
+
+// peerRecord is one recorded peer.
+type peerRecord struct {
+	Peer      netip.Addr `json:"peer"`
+	Local     netip.Addr `json:"local"`
+	Interface string     `json:"interface,omitempty"`
+}
+
+func (p *BFDPeers) load() (map[bfd.SessionKey]bool, error) {
+	out := map[bfd.SessionKey]bool{}
+	if p.opts.StateFile == "" {
+		return out, nil
+	}
+	b, err := os.ReadFile(p.opts.StateFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bfd peers state file: %w", err)
+	}
+	var recs []peerRecord
+	if err := json.Unmarshal(b, &recs); err != nil {
+		return nil, fmt.Errorf("bfd peers state file %s: %w", p.opts.StateFile, err)
+	}
+	for _, r := range recs {
+		out[bfd.SessionKey{Peer: r.Peer, Local: r.Local, Interface: r.Interface}] = true
+	}
+	return out, nil
+}
+
+// saveLocked records the peers written: the wanted ones, and those of an
+// earlier agent not yet removed.
+func (p *BFDPeers) saveLocked() {
+	if p.opts.StateFile == "" {
+		return
+	}
+	var recs []peerRecord
+	for k := range p.desired {
+		recs = append(recs, peerRecord{Peer: k.Peer, Local: k.Local, Interface: k.Interface})
+	}
+	for k := range p.earlier {
+		recs = append(recs, peerRecord{Peer: k.Peer, Local: k.Local, Interface: k.Interface})
+	}
+	slices.SortFunc(recs, func(a, b peerRecord) int {
+		return cmp.Or(a.Peer.Compare(b.Peer), a.Local.Compare(b.Local), strings.Compare(a.Interface, b.Interface))
+	})
+	b, err := json.MarshalIndent(recs, "", " ")
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(p.opts.StateFile), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(p.opts.StateFile, b, 0o644)
+	}
+	if err != nil {
+		p.log.Warn("cannot record the bfd peers written; the next agent will not remove them", "file", p.opts.StateFile, "error", err)
+	}
 }
 
 // peerLine is the bfd block's line for the session's key.
@@ -115,6 +206,8 @@ func (p *BFDPeers) AddSession(cfg bfd.SessionConfig) (bfd.SessionKey, error) {
 		return key, fmt.Errorf("session %v in FRR's bfdd: %w", key, err)
 	}
 	p.desired[key] = cfg
+	delete(p.earlier, key)
+	p.saveLocked()
 	p.log.Info("bfd session added to FRR's bfdd", "session", key)
 	return key, nil
 }
@@ -132,8 +225,15 @@ func (p *BFDPeers) RemoveSession(key bfd.SessionKey) error {
 	delete(p.desired, key)
 	delete(p.last, key)
 	if err := p.vtysh("configure terminal", "bfd", "no "+peerLine(key)); err != nil {
+		// Still written: recorded for the next agent to remove.
+		if p.earlier == nil {
+			p.earlier = map[bfd.SessionKey]bool{}
+		}
+		p.earlier[key] = true
+		p.saveLocked()
 		return fmt.Errorf("session %v in FRR's bfdd: %w", key, err)
 	}
+	p.saveLocked()
 	return nil
 }
 
@@ -174,8 +274,11 @@ func (p *BFDPeers) Close() error {
 		}
 		if err := p.vtysh("configure terminal", "bfd", "no "+peerLine(k)); err != nil {
 			errs = append(errs, fmt.Errorf("session %v in FRR's bfdd: %w", k, err))
+			continue
 		}
+		delete(p.desired, k)
 	}
+	p.saveLocked()
 	p.mu.Unlock()
 	p.subs.Close()
 	close(p.stop)

@@ -2,6 +2,9 @@ package frr
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +49,71 @@ func TestParseBFDPeers(t *testing.T) {
 	}
 	if _, err := parseBFDPeers([]byte("% Unknown command"), now); err == nil {
 		t.Error("vtysh's error text parsed as sessions")
+	}
+}
+
+// fakeVtysh writes a vtysh stand-in that records each call's commands (one
+// line per call) and answers show bfd peers json with no peers. The real
+// bfdd is exercised by test/vip; this checks what BFDPeers writes.
+func fakeVtysh(t *testing.T) (path, log string) {
+	dir := t.TempDir()
+	path, log = filepath.Join(dir, "vtysh"), filepath.Join(dir, "calls")
+	script := "#!/bin/sh\ncase \"$*\" in *'show bfd peers json'*) echo '[]'; exit 0;; esac\n" +
+		"shift 2\nout=''\nwhile [ $# -gt 0 ]; do out=\"$out$2 / \"; shift 2; done\necho \"$out\" >> " + log + "\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, log
+}
+
+// TestBFDPeersOwnership: the peers an agent wrote are recorded; the next
+// agent keeps those it adds again and removes the others once Ready, and
+// never touches a peer it did not write.
+func TestBFDPeersOwnership(t *testing.T) {
+	vtysh, calls := fakeVtysh(t)
+	state := filepath.Join(t.TempDir(), "peers.json")
+	cfg := func(peer string) bfd.SessionConfig {
+		return bfd.SessionConfig{Peer: netip.MustParseAddr(peer), Local: netip.MustParseAddr("10.99.0.1"), ControlPlaneIndependent: true}
+	}
+	first, err := NewBFDPeers(BFDOptions{Vtysh: vtysh, SocketDir: t.TempDir(), StateFile: state, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"10.99.0.2", "10.99.0.3"} {
+		if _, err := first.AddSession(cfg(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Ready()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(calls, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	second, err := NewBFDPeers(BFDOptions{Vtysh: vtysh, SocketDir: t.TempDir(), StateFile: state, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = second.Close() }()
+	if _, err := second.AddSession(cfg("10.99.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	second.Ready()
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	if !strings.Contains(log, "no peer 10.99.0.3 local-address 10.99.0.1") {
+		t.Errorf("the peer the second agent does not want was not removed; calls:\n%s", log)
+	}
+	if strings.Contains(log, "no peer 10.99.0.2") {
+		t.Errorf("the adopted peer was removed; calls:\n%s", log)
+	}
+	rec, err := os.ReadFile(state)
+	if err != nil || strings.Contains(string(rec), "10.99.0.3") || !strings.Contains(string(rec), "10.99.0.2") {
+		t.Errorf("state file after Ready (%v):\n%s", err, rec)
 	}
 }

@@ -37,6 +37,10 @@ const DefaultHeartbeatPort = 3786
 // DefaultL2LeaseTTL is the L2 lease length when Options.L2LeaseTTL is zero.
 const DefaultL2LeaseTTL = 3 * time.Second
 
+// FRRBFDPeersFile records the bfd peers the manager wrote into FRR's bfdd,
+// so that a restarted agent removes only its own.
+const FRRBFDPeersFile = "frr-bfd-peers.json"
+
 // BGPAddressFile records the BGP VIP addresses the manager bound on lo, so
 // that a restarted agent removes only its own.
 const BGPAddressFile = "bgp-addresses.json"
@@ -662,7 +666,11 @@ func (m *Manager) newBFD() (bfdSpeaker, error) {
 	log := m.log.With("component", "bfd")
 	if frr.BFDRunning(m.opts.FRRSocketDir) {
 		log.Info("FRR's bfdd runs on this node: the BFD sessions run there", "vtyDir", cmp.Or(m.opts.FRRSocketDir, frr.DefaultSocketDir))
-		return frr.NewBFDPeers(frr.BFDOptions{SocketDir: m.opts.FRRSocketDir, Vtysh: m.opts.FRRVtysh, Logger: log})
+		var file string
+		if m.opts.StateDir != "" {
+			file = filepath.Join(m.opts.StateDir, FRRBFDPeersFile)
+		}
+		return frr.NewBFDPeers(frr.BFDOptions{SocketDir: m.opts.FRRSocketDir, Vtysh: m.opts.FRRVtysh, Logger: log, StateFile: file})
 	}
 	if m.opts.BFDSocket == "" {
 		return bfd.NewSpeaker(bfd.Options{Logger: log})
