@@ -136,20 +136,8 @@ func silence(t *testing.T, ns *frr.NetNS) func() {
 // router and the namespaces of node-a and node-b.
 func bfdTopology(t *testing.T, prefix string) (*frr.Router, *frr.NetNS, *frr.NetNS) {
 	t.Helper()
-	sw := frr.NewNetNS(t, prefix+"-sw")
-	sw.IP(t, "link", "add", "br0", "type", "bridge")
-	sw.IP(t, "link", "set", "br0", "up")
-	rns := frr.NewNetNS(t, prefix+"-r")
-	nsA := frr.NewNetNS(t, prefix+"-a")
-	nsB := frr.NewNetNS(t, prefix+"-b")
-	for _, n := range []struct {
-		ns   *frr.NetNS
-		port string
-		addr string
-	}{{rns, "pr", bfRouter}, {nsA, "pa", bfNodeA}, {nsB, "pb", bfNodeB}} {
-		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
-		sw.IP(t, "link", "set", n.port, "master", "br0")
-	}
+	_, members := segment(t, prefix, member{"r", bfRouter}, member{"a", bfNodeA}, member{"b", bfNodeB})
+	rns, nsA, nsB := members[0], members[1], members[2]
 	router := frr.Start(t, rns,
 		frr.Daemon{Name: "zebra", Config: "hostname tor\n"},
 		frr.Daemon{Name: "bfdd", Config: bfdProfileConfig},

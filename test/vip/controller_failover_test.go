@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -387,41 +386,12 @@ func probeRounds(t *testing.T, p *arpProber, answers map[string]int, after time.
 func TestControllerFailover(t *testing.T) {
 	frr.RequireRoot(t)
 	bin := buildAgent(t)
-	env, stopEnv, err := kubeenv.Start()
-	if err != nil {
-		t.Fatalf("start the Kubernetes API (envtest): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := stopEnv(); err != nil {
-			t.Errorf("stop the Kubernetes API: %v", err)
-		}
-	})
-	ns := env.Namespace(t, "nel2c")
+	sw, members := segment(t, "nel2c", member{"a", cfNodeA}, member{"b", cfNodeB}, member{"c", cfClient})
+	nsA, nsB, nsC := members[0], members[1], members[2]
+	cp := startControlPlane(t, sw, "nel2c", cfHost)
+	env, ns := cp.env, cp.ns
 	ctx := context.Background()
 
-	sw := frr.NewNetNS(t, "nel2c-sw")
-	sw.IP(t, "link", "add", "br0", "type", "bridge")
-	sw.IP(t, "link", "set", "br0", "up")
-	nsA := frr.NewNetNS(t, "nel2c-a")
-	nsB := frr.NewNetNS(t, "nel2c-b")
-	nsC := frr.NewNetNS(t, "nel2c-c")
-	for _, n := range []struct {
-		ns   *frr.NetNS
-		port string
-		addr string
-	}{{nsA, "pa", cfNodeA}, {nsB, "pb", cfNodeB}, {nsC, "pc", cfClient}} {
-		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
-		sw.IP(t, "link", "set", n.port, "master", "br0")
-	}
-	hostLink(t, sw, "nel2c", cfHost)
-	apiURL, err := url.Parse(env.Config.Host)
-	if err != nil || apiURL.Host == "" {
-		t.Fatalf("envtest API server address %q: %v", env.Config.Host, err)
-	}
-	kubeconfig := agentKubeconfig(t, env, forwardTCP(t, cfHost, apiURL.Host))
-
-	ctl := startCFController(t, env, ns, cfHost)
-	tlsDir := agentTLSDir(t, env, ns)
 	agents := map[string]*cfAgent{}
 	macs := map[string]string{}
 	for _, n := range []struct {
@@ -429,15 +399,7 @@ func TestControllerFailover(t *testing.T) {
 		node, addr string
 	}{{nsA, "node-a", cfNodeA}, {nsB, "node-b", cfNodeB}} {
 		addReadyNode(t, env, n.node, n.addr)
-		dir := t.TempDir()
-		agents[n.node] = &cfAgent{ns: n.ns, node: n.node, dir: dir, args: []string{
-			"--controller", ctl.addr, "--controller-server-name", "novaedge-controller." + ns + ".svc",
-			"--controller-tls-dir", tlsDir, "--node-name", n.node,
-			"--kubeconfig", kubeconfig, "--lease-namespace", ns,
-			"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--handoff-socket", "",
-			"--state-dir", filepath.Join(dir, "state"), "--fastpath", "off", "--bind-local-vips=false",
-			"--l2-failover-grace", cfGrace.String(), "--log-level", "debug",
-		}}
+		agents[n.node] = cp.agent(t, n.ns, n.node, "--bind-local-vips=false", "--l2-failover-grace", cfGrace.String())
 		macs[n.node] = linkMAC(t, n.ns, "eth0")
 	}
 	procs := map[string]*agentProc{}
@@ -449,22 +411,7 @@ func TestControllerFailover(t *testing.T) {
 	// Both agents alive (fresh, healthy Leases: they got a snapshot)
 	// before the VIP exists, so the controller places the active and
 	// its standby at once.
-	frr.Eventually(t, "both agents' Leases fresh and healthy", func() (bool, string) {
-		var why []string
-		ok := true
-		for _, node := range []string{"node-a", "node-b"} {
-			l := agentLease(env, ns, node)
-			if l == nil || !lease.Fresh(l, time.Now()) || !lease.Healthy(l) {
-				ok = false
-			}
-			if l != nil {
-				why = append(why, fmt.Sprintf("%s: %v", node, l.Annotations))
-			} else {
-				why = append(why, node+": no Lease")
-			}
-		}
-		return ok, strings.Join(why, "; ")
-	})
+	cp.waitHealthy(t, "node-a", "node-b")
 	pool := &v1alpha1.ProxyIPPool{ObjectMeta: metav1.ObjectMeta{Name: "nel2c-pool"}, Spec: v1alpha1.ProxyIPPoolSpec{CIDRs: []string{cfVIP + "/32"}}}
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatalf("create ProxyIPPool: %v", err)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,7 +21,6 @@ import (
 	"github.com/novaedge/novaedge/api/v1alpha1"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/test/frr"
-	"github.com/novaedge/novaedge/test/kubeenv"
 )
 
 // The health-withdraw topology: one Ethernet segment (a bridge in its own
@@ -202,82 +200,29 @@ func TestControllerHealthWithdraw(t *testing.T) {
 	frr.RequireTool(t, foNFTables, "nftables")
 	frr.RequireTool(t, filepath.Join(frr.DaemonDir, "bgpd"), "frr")
 	bin := buildAgent(t)
-	env, stopEnv, err := kubeenv.Start()
-	if err != nil {
-		t.Fatalf("start the Kubernetes API (envtest): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := stopEnv(); err != nil {
-			t.Errorf("stop the Kubernetes API: %v", err)
-		}
-	})
-	ns := env.Namespace(t, "nehw")
-	ctx := context.Background()
-
-	sw := frr.NewNetNS(t, "nehw-sw")
-	sw.IP(t, "link", "add", "br0", "type", "bridge")
-	sw.IP(t, "link", "set", "br0", "up")
-	rns := frr.NewNetNS(t, "nehw-r")
-	nsA := frr.NewNetNS(t, "nehw-a")
-	nsB := frr.NewNetNS(t, "nehw-b")
-	nsBE := frr.NewNetNS(t, "nehw-be")
-	for _, n := range []struct {
-		ns   *frr.NetNS
-		port string
-		addr string
-	}{{rns, "pr", hwRouter}, {nsA, "pa", hwNodeA}, {nsB, "pb", hwNodeB}, {nsBE, "pe", hwBackend}} {
-		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
-		sw.IP(t, "link", "set", n.port, "master", "br0")
-	}
-	hostLink(t, sw, "nehw", hwHost)
+	sw, members := segment(t, "nehw", member{"r", hwRouter}, member{"a", hwNodeA}, member{"b", hwNodeB}, member{"be", hwBackend})
+	rns, nsA, nsB, nsBE := members[0], members[1], members[2], members[3]
 	router := frr.Start(t, rns,
 		frr.Daemon{Name: "zebra", Config: "hostname tor\n"},
 		frr.Daemon{Name: "bgpd", Config: hwRouterConfig(), Args: []string{"-p", "179"}},
 	)
 	serveBackend(t, nsBE, net.JoinHostPort(hwBackend, hwPort))
+	cp := startControlPlane(t, sw, "nehw", hwHost)
+	env, ns := cp.env, cp.ns
+	ctx := context.Background()
 
-	apiURL, err := url.Parse(env.Config.Host)
-	if err != nil || apiURL.Host == "" {
-		t.Fatalf("envtest API server address %q: %v", env.Config.Host, err)
-	}
-	kubeconfig := agentKubeconfig(t, env, forwardTCP(t, hwHost, apiURL.Host))
-	ctrl := startCFController(t, env, ns, hwHost)
-	tlsDir := agentTLSDir(t, env, ns)
 	agents := map[string]*cfAgent{}
 	for _, n := range []struct {
 		ns         *frr.NetNS
 		node, addr string
 	}{{nsA, "node-a", hwNodeA}, {nsB, "node-b", hwNodeB}} {
 		addReadyNode(t, env, n.node, n.addr)
-		dir := t.TempDir()
-		agents[n.node] = &cfAgent{ns: n.ns, node: n.node, dir: dir, args: []string{
-			"--controller", ctrl.addr, "--controller-server-name", "novaedge-controller." + ns + ".svc",
-			"--controller-tls-dir", tlsDir, "--node-name", n.node,
-			"--kubeconfig", kubeconfig, "--lease-namespace", ns,
-			"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--handoff-socket", "",
-			// The agent binds the BGP VIP on lo (--bind-local-vips, on by
-			// default), so the slow path receives what the router sends.
-			"--state-dir", filepath.Join(dir, "state"), "--fastpath", "off",
-			"--log-level", "debug",
-		}}
+		// The agent binds the BGP VIP on lo (--bind-local-vips, on by
+		// default), so the slow path receives what the router sends.
+		agents[n.node] = cp.agent(t, n.ns, n.node)
 		agents[n.node].start(t, bin, n.node)
 	}
-	frr.Eventually(t, "both agents' Leases fresh and healthy", func() (bool, string) {
-		var why []string
-		ok := true
-		for _, node := range []string{"node-a", "node-b"} {
-			l := agentLease(env, ns, node)
-			if l == nil || !lease.Fresh(l, time.Now()) || !lease.Healthy(l) {
-				ok = false
-			}
-			if l != nil {
-				why = append(why, fmt.Sprintf("%s: %v", node, l.Annotations))
-			} else {
-				why = append(why, node+": no Lease")
-			}
-		}
-		return ok, strings.Join(why, "; ")
-	})
+	cp.waitHealthy(t, "node-a", "node-b")
 
 	// The resources: the VIP, a gateway with one HTTP listener on it, a
 	// route to the backend, and the backend with an active HTTP check of

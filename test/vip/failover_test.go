@@ -250,20 +250,8 @@ func TestL2Failover(t *testing.T) {
 	frr.RequireTool(t, foNFTables, "nftables")
 	bin := buildAgent(t)
 
-	sw := frr.NewNetNS(t, "nefo-sw")
-	sw.IP(t, "link", "add", "br0", "type", "bridge")
-	sw.IP(t, "link", "set", "br0", "up")
-	nsA := frr.NewNetNS(t, "nefo-a")
-	nsB := frr.NewNetNS(t, "nefo-b")
-	nsC := frr.NewNetNS(t, "nefo-c")
-	for _, n := range []struct {
-		ns   *frr.NetNS
-		port string
-		addr string
-	}{{nsA, "pa", foNodeA}, {nsB, "pb", foNodeB}, {nsC, "pc", foClient}} {
-		frr.Link(t, n.ns, "eth0", []string{n.addr + "/24"}, sw, n.port, nil)
-		sw.IP(t, "link", "set", n.port, "master", "br0")
-	}
+	_, members := segment(t, "nefo", member{"a", foNodeA}, member{"b", foNodeB}, member{"c", foClient})
+	nsA, nsB, nsC := members[0], members[1], members[2]
 	macA, macB := linkMAC(t, nsA, "eth0"), linkMAC(t, nsB, "eth0")
 
 	dirA, dirB := t.TempDir(), t.TempDir()
