@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -231,7 +232,22 @@ func TestControlPlane(t *testing.T) {
 				return false, err.Error()
 			}
 			cond := condition(p.Status.Conditions, controller.CondAccepted)
-			return strings.HasPrefix(cond, "False/") && strings.Contains(cond, "overlaps ProxyIPPool "+pool.Name), cond
+			ok := strings.HasPrefix(cond, "False/") && strings.Contains(cond, "overlaps ProxyIPPool "+pool.Name)
+			if ok {
+				return true, ""
+			}
+			// Every pool the controller sees, for a failure that only a
+			// loaded CI run has shown so far.
+			var all v1alpha1.ProxyIPPoolList
+			if err := c.env.Client.List(c.ctx, &all); err != nil {
+				return false, cond + "; list pools: " + err.Error()
+			}
+			var b strings.Builder
+			for _, q := range all.Items {
+				fmt.Fprintf(&b, "; pool %s created %s cidrs %v accepted %s", q.Name, q.CreationTimestamp.UTC().Format(time.RFC3339), q.Spec.CIDRs,
+					condition(q.Status.Conditions, controller.CondAccepted))
+			}
+			return false, cond + b.String()
 		})
 		c.eventually("the VIP's condition", func() (bool, string) {
 			cond := condition(c.getVIP(out.Name).Status.Conditions, controller.CondAccepted)

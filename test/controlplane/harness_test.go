@@ -134,7 +134,15 @@ func (c *cluster) eventually(what string, cond func() (bool, string)) {
 	var logs strings.Builder
 	c.mu.Lock()
 	for _, r := range c.replicas {
-		fmt.Fprintf(&logs, "\ncontroller %s log (tail):\n%s", r.name, r.logs.tail(3000))
+		// Without the publisher's periodic build lines, which would fill
+		// the tail.
+		var kept []string
+		for _, l := range strings.Split(r.logs.tail(1<<20), "\n") {
+			if !strings.Contains(l, "snapshots built") {
+				kept = append(kept, l)
+			}
+		}
+		fmt.Fprintf(&logs, "\ncontroller %s log (tail):\n%s", r.name, strings.Join(kept[max(len(kept)-60, 0):], "\n"))
 	}
 	c.mu.Unlock()
 	c.t.Fatalf("timed out waiting for %s; last seen: %s%s", what, last, logs.String())
