@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
@@ -81,9 +82,32 @@ func olderFirst(a, b metav1.ObjectMeta) int {
 	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
 }
 
+// wasAccepted says whether a resource's status says it was accepted.
+func wasAccepted(cs []metav1.Condition) bool {
+	return meta.IsStatusConditionTrue(cs, v1alpha1.ConditionAccepted)
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
 func (b *builder) buildPools() {
 	pools := sortByName(b.in.Pools, func(p *v1alpha1.ProxyIPPool) (string, string) { return "", p.Name })
-	slices.SortStableFunc(pools, func(x, y *v1alpha1.ProxyIPPool) int { return olderFirst(x.ObjectMeta, y.ObjectMeta) })
+	// Creation times have one-second resolution: of two pools made in the
+	// same second, the one already accepted (its addresses may be in use)
+	// stays the older, whatever the names.
+	slices.SortStableFunc(pools, func(x, y *v1alpha1.ProxyIPPool) int {
+		return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time),
+			compareBool(wasAccepted(y.Status.Conditions), wasAccepted(x.Status.Conditions)),
+			cmp.Compare(x.Name, y.Name))
+	})
 	for _, p := range pools {
 		e := &poolEntry{obj: p, ref: ref(kPool, "", p.Name), pool: &ipam.Pool{
 			Name:          p.Name,
