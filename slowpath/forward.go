@@ -10,8 +10,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +79,13 @@ type exchange struct {
 	body     body
 	bodyOpen bool
 	upgraded bool
+
+	// serveDirect's state: the client's writer (for 1xx responses), the
+	// trace bound to got1xx, and the upstream request's header and URL.
+	w         http.ResponseWriter
+	trace     httptrace.ClientTrace
+	outHeader http.Header
+	outURL    url.URL
 }
 
 // getExchange returns a pooled or new exchange of p.
@@ -95,6 +104,7 @@ func (p *Proxy) getExchange() *exchange {
 	}
 	x.wasTried = x.triedBefore
 	x.body.x = x
+	x.trace.Got1xxResponse = x.got1xx
 	return x
 }
 
@@ -111,6 +121,9 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.tried, x.ntried = [4]*endpoint.Endpoint{}, 0
 	x.body.reset()
 	x.bodyOpen = false
+	x.w = nil
+	clear(x.outHeader)
+	x.outURL = url.URL{}
 	p.exchanges.Put(x)
 }
 
@@ -227,7 +240,13 @@ func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln 
 		r.Body = io.NopCloser(bytes.NewReader(buf))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	}
-	x.rp.ServeHTTP(w, r)
+	if isUpgrade(r) {
+		// WebSocket and other upgrades: ReverseProxy's switch to a
+		// bidirectional copy.
+		x.rp.ServeHTTP(w, r)
+		return
+	}
+	x.serveDirect(w, r)
 }
 
 // remoteIP is the client's address.
@@ -242,11 +261,14 @@ func remoteIP(r *http.Request) netip.Addr {
 // rewrite builds the upstream request: URL rewrite and request header
 // filters of the rule, X-Forwarded-For/-Host/-Proto and Forwarded, the
 // request ID. The Host header is the client's unless the rule rewrites it.
-func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
-	out := pr.Out
+func (x *exchange) rewrite(pr *httputil.ProxyRequest) { x.rewriteOut(pr.In, pr.Out) }
+
+// rewriteOut makes out, a copy of the client's request in without its
+// hop-by-hop fields, the upstream request.
+func (x *exchange) rewriteOut(in, out *http.Request) {
 	out.URL.Scheme = upstreamScheme(x.be.transport)
 	out.URL.Host = x.be.name // replaced by the endpoint in RoundTrip
-	if path, host, changed := x.m.Rule.Filters.Rewrite(pr.In, x.m); changed {
+	if path, host, changed := x.m.Rule.Filters.Rewrite(in, x.m); changed {
 		if path != "" {
 			out.URL.Path, out.URL.RawPath = path, ""
 		}
@@ -258,7 +280,7 @@ func (x *exchange) rewrite(pr *httputil.ProxyRequest) {
 	// backend sees the whole chain with the nearest hop last. The headers
 	// are those of ProxyRequest.SetXForwarded, plus Forwarded (RFC 7239)
 	// and the request ID, their values in one backing array.
-	in, h, v := pr.In, out.Header, make([]string, 0, 5)
+	h, v := out.Header, make([]string, 0, 5)
 	set := func(key, val string) {
 		v = append(v, val)
 		h[key] = v[len(v)-1 : len(v) : len(v)]

@@ -21,6 +21,7 @@ import (
 	"github.com/novaedge/novaedge/agent"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/endpoint"
+	"github.com/novaedge/novaedge/slowpath/h1"
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 )
@@ -353,10 +354,20 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		ErrorLog:          p.httpLog,
 	}
 	hs.Server = srv
+	feed := newConnFeed(s.Listener.Addr())
+	hs.h1 = &h1.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
+		IdleTimeout:       p.opts.IdleTimeout,
+		MaxHeaderBytes:    p.opts.MaxHeaderBytes,
+		Handoff:           feed.push,
+		Log:               p.log,
+	}
 	p.servers[key] = hs
 	// HTTP/2 conformance hook (RFC 9113, h2spec --strict): see h2conform.go.
-	ln := p.conformHTTP2(srv, &dispatchListener{Listener: s.Listener, p: p, key: key})
+	ln := p.conformHTTP2(srv, feed)
 	p.log.Info("listener open", "socket", key.String())
+	go p.accept(s.Listener, key, hs.h1, feed)
 	go func() {
 		defer close(hs.served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
@@ -365,8 +376,10 @@ func (p *Proxy) serve(s *sockets.Socket) {
 	}()
 }
 
-// httpServer is an HTTP/1.1 and HTTP/2 server that drains without
-// dropping requests. http.Server.Shutdown closes a connection whose request
+// httpServer is a socket's HTTP/1.x and HTTP/2 servers: the own HTTP/1.x
+// server for plaintext connections and net/http's for TLS and HTTP/2 with
+// prior knowledge. Both drain without dropping requests.
+// http.Server.Shutdown closes a connection whose request
 // it reads after shutdown began, without an answer; a connection accepted
 // just before the listener closed would lose its request. So draining
 // waits for the accept loop to end, disables keep-alives (each connection
@@ -374,6 +387,7 @@ func (p *Proxy) serve(s *sockets.Socket) {
 // new or active, and only then shuts down.
 type httpServer struct {
 	*http.Server
+	h1     *h1.Server
 	busy   atomic.Int64 // connections new or active
 	served chan struct{}
 	mu     sync.Mutex
@@ -410,6 +424,8 @@ func (h *httpServer) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return h.Close()
 	}
+	h1done := make(chan error, 1)
+	go func() { h1done <- h.h1.Shutdown(ctx) }()
 	h.SetKeepAlivesEnabled(false)
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -420,7 +436,12 @@ func (h *httpServer) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	return h.Server.Shutdown(ctx)
+	return errors.Join(h.Server.Shutdown(ctx), <-h1done)
+}
+
+// Close closes both servers' connections.
+func (h *httpServer) Close() error {
+	return errors.Join(h.h1.Close(), h.Server.Close())
 }
 
 // server is an HTTP server on one socket: *http.Server (TCP) or
@@ -483,36 +504,6 @@ func (p *Proxy) Close() {
 	wg.Wait()
 	for _, tr := range p.transports {
 		tr.CloseIdleConnections()
-	}
-}
-
-// dispatchListener wraps a socket's listener: each accepted connection is
-// served as the current configuration's listener for the socket says,
-// plaintext or TLS.
-type dispatchListener struct {
-	net.Listener
-	p   *Proxy
-	key sockets.Key
-}
-
-// Accept returns the next connection, wrapped in TLS when the socket's
-// listener terminates TLS. Connections arriving while the configuration
-// has no listener for the socket (it is being removed) are closed.
-func (d *dispatchListener) Accept() (net.Conn, error) {
-	for {
-		c, err := d.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		ln := d.p.cfg.Load().listeners[d.key]
-		if ln == nil {
-			_ = c.Close()
-			continue
-		}
-		if ln.tls != nil {
-			return tls.Server(c, ln.tls), nil
-		}
-		return c, nil
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // FuzzParseHead feeds arbitrary bytes to the response head parser: it
@@ -33,7 +35,7 @@ func FuzzParseHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		end := headEnd(data, 0)
+		end := httphead.HeadEnd(data, 0)
 		if end < 0 {
 			return
 		}

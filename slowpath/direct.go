@@ -1,0 +1,172 @@
+package slowpath
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// serveDirect forwards a request that does not upgrade the connection:
+// what httputil.ReverseProxy does for it, without the copies it makes. The
+// upstream request reuses the exchange's header map and URL, and the
+// response header's values are shared, not copied.
+func (x *exchange) serveDirect(w http.ResponseWriter, r *http.Request) {
+	x.w = w
+	ctx := httptrace.WithClientTrace(r.Context(), &x.trace)
+	out := r.WithContext(ctx)
+	out.RequestURI = ""
+	out.Close = false
+	if r.ContentLength == 0 {
+		out.Body = nil // a retry need not replay it
+	}
+	x.outURL = *r.URL
+	out.URL = &x.outURL
+	out.Header = copyEndToEnd(x.outHeader, r.Header)
+	x.outHeader = out.Header
+	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
+		// gRPC needs it; it is the one TE value a proxy passes on.
+		out.Header["Te"] = teTrailers
+	}
+	x.rewriteOut(r, out)
+
+	resp, err := x.RoundTrip(out)
+	if err != nil {
+		x.errorHandler(w, r, err)
+		return
+	}
+	_ = x.modifyResponse(resp)
+	dst := w.Header()
+	for k, vs := range resp.Header {
+		if !hopByHop(k) {
+			dst[k] = vs
+		}
+	}
+	for _, t := range resp.Header["Connection"] {
+		for f := range strings.SplitSeq(t, ",") {
+			delete(dst, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		dst["Trailer"] = []string{strings.Join(keys, ", ")}
+	}
+	w.WriteHeader(resp.StatusCode)
+	if announced > 0 {
+		// Trailers need a chunked (or HTTP/2) body: start it now.
+		_ = http.NewResponseController(w).Flush()
+	}
+	if err := x.copyBody(w, resp); err != nil {
+		_ = resp.Body.Close()
+		if !errors.Is(err, errClientWrite) && r.Context().Err() == nil {
+			x.p.log.Warn("upstream response body failed", "route", x.m.Rule.Route, "backend", x.be.name, "request_id", x.reqID, "error", err)
+		}
+		// The client must see the response end short, not complete.
+		panic(http.ErrAbortHandler)
+	}
+	_ = resp.Body.Close()
+	if len(resp.Trailer) == announced {
+		for k, vs := range resp.Trailer {
+			dst[k] = vs
+		}
+		return
+	}
+	for k, vs := range resp.Trailer {
+		dst[http.TrailerPrefix+k] = vs
+	}
+}
+
+var (
+	teTrailers     = []string{"trailers"}
+	errClientWrite = errors.New("write to client failed")
+)
+
+// copyBody copies the response body to the client, flushing after each
+// read when the body streams (no length, or server-sent events), as
+// ReverseProxy does.
+func (x *exchange) copyBody(w http.ResponseWriter, resp *http.Response) error {
+	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	rc := http.NewResponseController(w)
+	buf := bufPool.Get()
+	defer bufPool.Put(buf)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return errClientWrite
+			}
+			if flush {
+				if err := rc.Flush(); err != nil {
+					return errClientWrite
+				}
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			if errors.Is(rerr, context.Canceled) {
+				return errClientWrite
+			}
+			return rerr
+		}
+	}
+}
+
+// got1xx passes an informational response (100 Continue, 103 Early
+// Hints) on to the client, as ReverseProxy does.
+func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
+	h := x.w.Header()
+	for k, vs := range header {
+		h[k] = vs
+	}
+	x.w.WriteHeader(code)
+	clear(h)
+	return nil
+}
+
+// copyEndToEnd fills dst (cleared; nil: a new map) with the fields of src
+// that are end-to-end: neither hop-by-hop nor named by Connection.
+func copyEndToEnd(dst, src http.Header) http.Header {
+	if dst == nil {
+		dst = make(http.Header, len(src))
+	} else {
+		clear(dst)
+	}
+	for k, vs := range src {
+		if !hopByHop(k) {
+			dst[k] = vs
+		}
+	}
+	for _, t := range src["Connection"] {
+		for f := range strings.SplitSeq(t, ",") {
+			delete(dst, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	return dst
+}
+
+// hopByHop: the fields RFC 9110 §7.6.1 says a proxy must not forward
+// (ReverseProxy's list).
+func hopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// isUpgrade reports whether r asks to switch protocols on its connection.
+func isUpgrade(r *http.Request) bool {
+	return r.ProtoMajor == 1 && len(r.Header["Upgrade"]) > 0 && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade")
+}

@@ -1,0 +1,197 @@
+// Package h1 is the slow path's HTTP/1.1 server for plaintext
+// connections.
+//
+// net/http's server spends more CPU around a proxied request than the
+// proxy itself: a goroutine and a read that fails with EAGAIN per request
+// for its background read, six deadline changes, and a new Request,
+// header map, context and response for each request. This server keeps
+// all per-request state in its connection and reuses it, sets one read
+// deadline per request, and answers a small response with one write. It
+// serves http.Handler, so the proxy's handler serves it and net/http's
+// HTTP/2 and TLS servers alike.
+//
+// It is as strict as net/http's server where framing is concerned, and
+// stricter where a proxy must be (see parse.go): a request whose length
+// could be read two ways is refused, never guessed at.
+//
+// Differences from net/http a handler may notice:
+//   - A request's context is its connection's: it ends when the
+//     connection is closed by the server, not when the client goes away
+//     during the request (HAProxy's default, "no option abortonclose");
+//     a client that is gone is noticed when the response is written.
+//   - A response without Content-Type gets none (no sniffing): a proxy
+//     passes what the backend said.
+//   - Handlers must not use the Request or ResponseWriter after ServeHTTP
+//     returns (net/http's contract too): both are reused.
+package h1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server serves HTTP/1.x on plaintext connections handed to ServeConn.
+type Server struct {
+	// Handler serves every request.
+	Handler http.Handler
+	// ReadHeaderTimeout bounds the time from a request's first byte (or a
+	// new connection) to the end of its head.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request head (request line and fields);
+	// like net/http, 4096 bytes more are allowed. Larger heads get 431.
+	MaxHeaderBytes int
+	// Handoff takes a connection whose first line is no HTTP/1.x request
+	// line (HTTP/2's connection preface, or not HTTP at all), for another
+	// server to serve; the connection replays what was read of it. Nil:
+	// such a connection gets 400 (or 505) and is closed.
+	Handoff func(net.Conn)
+	// Log gets one debug line per rejected request and an error per
+	// handler panic. Nil: slog's default.
+	Log *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	draining atomic.Bool
+	done     chan struct{} // closed when draining and the last connection ends
+}
+
+// Connection states, for draining.
+const (
+	stateNew    int32 = iota // accepted, no byte of a request read yet
+	stateActive              // reading or serving a request
+	stateIdle                // between requests of a keep-alive connection
+)
+
+// ServeConn serves nc until it closes, fails or is hijacked, and closes
+// it (unless hijacked or handed off). It returns at once, closing nc, when
+// the server is shutting down.
+func (s *Server) ServeConn(nc net.Conn) {
+	c := newConn(s, nc)
+	if !s.track(c, true) {
+		_ = nc.Close()
+		c.release()
+		return
+	}
+	c.serve()
+	s.track(c, false)
+}
+
+func (s *Server) track(c *conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.draining.Load() {
+			return false
+		}
+		if s.conns == nil {
+			s.conns = map[*conn]struct{}{}
+		}
+		s.conns[c] = struct{}{}
+		return true
+	}
+	delete(s.conns, c)
+	if s.draining.Load() && len(s.conns) == 0 && s.done != nil {
+		close(s.done)
+		s.done = nil
+	}
+	return true
+}
+
+// Shutdown drains: every connection closes after the response it is
+// serving, idle keep-alive connections close now, a new connection gets
+// its first request answered (with "Connection: close"). It returns when
+// all are closed, or closes what is left when ctx ends. Callers close the
+// listener first, so that no new connection arrives.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	if len(s.conns) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	s.done = done
+	for c := range s.conns {
+		if c.state.Load() == stateIdle {
+			c.wake()
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		_ = s.Close()
+		return ctx.Err()
+	}
+}
+
+// Close closes every connection now; handlers see their requests'
+// contexts end.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.cancel()
+		_ = c.nc.Close()
+	}
+	return nil
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
+
+// Buffers of connections, reused: a keep-alive connection holds them
+// while it lives.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+)
+
+// errHandoff ends the loop of a connection given to Server.Handoff.
+var errHandoff = errors.New("connection handed off")
+
+// dateCache is the Date header's value, made at most once a second.
+var dateCache struct {
+	mu   sync.Mutex
+	sec  int64
+	val  atomic.Pointer[[]byte]
+	last atomic.Int64
+}
+
+// appendDate appends "Date: <now>\r\n".
+func appendDate(b []byte, now time.Time) []byte {
+	sec := now.Unix()
+	if dateCache.last.Load() != sec {
+		dateCache.mu.Lock()
+		if dateCache.sec != sec {
+			v := make([]byte, 0, 40)
+			v = append(v, "Date: "...)
+			v = now.UTC().AppendFormat(v, http.TimeFormat)
+			v = append(v, "\r\n"...)
+			dateCache.sec = sec
+			dateCache.val.Store(&v)
+			dateCache.last.Store(sec)
+		}
+		dateCache.mu.Unlock()
+	}
+	return append(b, *dateCache.val.Load()...)
+}
