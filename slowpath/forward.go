@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/endpoint"
+	"github.com/novaedge/novaedge/slowpath/h1"
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/lb"
 	"github.com/novaedge/novaedge/slowpath/router"
@@ -203,12 +204,19 @@ func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln 
 	ctx := r.Context()
 	if ms := m.Rule.Timeouts.GetIdleMs(); ms > 0 {
 		// Streams (WebSocket, gRPC streaming, long downloads) that move no
-		// byte either way for the route's idle timeout are ended.
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
+		// byte either way for the route's idle timeout are ended. A
+		// request on an HTTP/1.x connection of the own server is canceled
+		// through its connection's context, which is its own: no context
+		// per request.
+		cancel, own := connCancel(r)
+		if !own {
+			var c context.CancelCauseFunc
+			ctx, c = context.WithCancelCause(ctx)
+			cancel = c
+			defer c(nil)
+		}
 		x.idle = newIdleWatch(time.Duration(ms)*time.Millisecond, cancel)
 		defer x.idle.stop()
-		defer cancel(nil)
 	}
 	if ms := m.Rule.Timeouts.GetRequestMs(); ms > 0 {
 		var cancel context.CancelFunc
@@ -218,9 +226,9 @@ func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln 
 	if ctx != r.Context() {
 		// One copy of the request for both contexts.
 		r = r.WithContext(ctx)
-		if x.idle != nil && r.Body != nil && r.Body != http.NoBody {
-			r.Body = &activityBody{ReadCloser: r.Body, w: x.idle}
-		}
+	}
+	if x.idle != nil && r.Body != nil && r.Body != http.NoBody {
+		r.Body = &activityBody{ReadCloser: r.Body, w: x.idle}
 	}
 	// A small request body is kept in memory when the rule may retry, so
 	// a retry (or a mirror) can send it again, as Envoy buffers bodies for
@@ -247,6 +255,15 @@ func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln 
 		return
 	}
 	x.serveDirect(w, r)
+}
+
+// connCancel returns the cancel function of r's context when r is served
+// by the own HTTP/1.x server, whose connection context is the request's.
+func connCancel(r *http.Request) (context.CancelCauseFunc, bool) {
+	if c, ok := h1.CancelerOf(r.Context()); ok {
+		return c.CancelFunc(r)
+	}
+	return nil, false
 }
 
 // remoteIP is the client's address.

@@ -36,6 +36,7 @@ import (
 	"github.com/novaedge/novaedge/fastpath"
 	"github.com/novaedge/novaedge/fastpath/attach"
 	"github.com/novaedge/novaedge/fastpath/datapath"
+	"github.com/novaedge/novaedge/internal/gctune"
 	"github.com/novaedge/novaedge/kernel"
 	"github.com/novaedge/novaedge/slowpath"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -71,6 +72,7 @@ type flags struct {
 	bindLocalVIPs bool
 	handoffSocket string
 	pprof         bool
+	gcHeadroom    uint64
 	fastpath      string
 	interfaces    []string
 	xdpMode       string
@@ -168,6 +170,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.BoolVar(&f.dryRun, "dry-run", false, "load and check the configuration, print its problems and the fast/slow path plan, and exit (1 if it has errors); changes nothing")
 	fl.BoolVar(&f.watch, "watch", true, "re-read the configuration files when they change (SIGHUP and novaedgectl reload work either way)")
 	fl.StringVar(&f.handoffSocket, "handoff-socket", "/run/novaedge/handoff.sock", "Unix socket for restarts without a refused connection: a starting agent takes the listening sockets of the running one here, and the running one then drains and exits; empty: no handoff")
+	fl.Uint64Var(&f.gcHeadroom, "gc-headroom-mib", 16, "let the heap grow at least this many MiB between garbage collections (GOGC up to 400 while the live heap is small; 100 once it is this large). 0, or GOGC in the environment, leaves the Go default")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (for performance investigations; do not expose)")
 	fl.StringVar(&f.fastpath, "fastpath", "auto", "the XDP fast path: on (fail when it cannot run), auto (run it when the kernel can, else warn and serve everything from the slow path) or off")
 	fl.StringArrayVar(&f.interfaces, "interface", nil, "interface to attach the XDP fast path to; repeatable; VLAN and bond devices resolve to their parent and slaves; empty: the interface of the default route")
@@ -372,6 +375,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		// Set before the agent starts its goroutines.
 		runtime.MemProfileRate = 0
 	}
+	go gctune.Run(ctx, gctune.Options{Headroom: f.gcHeadroom << 20})
 	node, err := f.node()
 	if err != nil {
 		return err

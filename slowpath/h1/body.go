@@ -37,6 +37,7 @@ type body struct {
 
 func (c *conn) newBody(r *http.Request, n int64) *body {
 	b := &body{c: c, r: r, n: n}
+	c.body = b
 	if n < 0 {
 		b.cr = httputil.NewChunkedReader(c.br)
 	}
@@ -154,6 +155,19 @@ func (b *body) drain() bool {
 	}
 	b.eof = true
 	return true
+}
+
+// undrainable reports whether what is left of the body will not be read
+// past when its request ends (see drain), so that the response can say
+// that the connection closes. A body being read right now (its lock
+// held) is taken to be read to its end: waiting for the reader could
+// block the response it waits for.
+func (b *body) undrainable() bool {
+	if !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	return !b.eof && (b.err != nil || b.expect100 || b.n > maxDrain)
 }
 
 // shut ends the body when its request ends and the connection closes

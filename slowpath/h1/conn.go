@@ -27,7 +27,7 @@ type conn struct {
 	remote string
 	state  atomic.Int32
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	// tmpl carries the connection's context: a request is made by
 	// copying it, since a Request's context can only be set by copying.
 	tmpl     *http.Request
@@ -37,11 +37,16 @@ type conn struct {
 	w        response
 	fields   [32]httphead.Field
 	hijacked bool
+	// body is the current request's body (nil: none); the handler may
+	// replace Request.Body, the server still drains this one.
+	body *body
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
+	c.cancel = cancel
+	c.ctx = context.WithValue(ctx, cancelerKey{}, c)
 	c.tmpl = (&http.Request{}).WithContext(c.ctx)
 	c.remote = nc.RemoteAddr().String()
 	c.br = readers.Get().(*bufio.Reader)
@@ -75,7 +80,7 @@ func (c *conn) wake() { _ = c.nc.SetReadDeadline(time.Unix(1, 0)) }
 
 func (c *conn) serve() {
 	defer func() {
-		c.cancel()
+		c.cancel(nil)
 		if !c.hijacked {
 			_ = c.nc.Close()
 			c.release()
@@ -109,6 +114,11 @@ func (c *conn) serveOne() error {
 	} else if !first {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
+	if !first && s.draining.Load() {
+		// Shutdown may have woken this idle connection just before the
+		// deadline above replaced its wake-up.
+		return net.ErrClosed
+	}
 	if _, err := c.br.Peek(1); err != nil {
 		return err
 	}
@@ -139,7 +149,7 @@ func (c *conn) serveOne() error {
 		c.reject(herr.status, herr.msg)
 		return herr
 	}
-	if r.ContentLength != 0 && s.ReadHeaderTimeout > 0 {
+	if r.ContentLength != 0 && (wait > 0 || s.ReadHeaderTimeout > 0) {
 		// The handler reads the body as slowly as it likes; net/http has
 		// no body timeout by default either.
 		_ = c.nc.SetReadDeadline(time.Time{})
@@ -148,7 +158,9 @@ func (c *conn) serveOne() error {
 	if c.hijacked {
 		return errHandoff
 	}
-	if !keep {
+	if !keep || c.ctx.Err() != nil {
+		// A request canceled through CancelFunc ends its connection: the
+		// connection's context is the request's.
 		return net.ErrClosed
 	}
 	c.state.Store(stateIdle)
@@ -193,7 +205,7 @@ func (c *conn) release2Handoff() {
 	br := c.br
 	c.br = nil
 	c.release()
-	c.cancel()
+	c.cancel(nil)
 	c.s.track(c, false)
 	_ = c.nc.SetReadDeadline(time.Time{})
 	c.s.Handoff(&replayConn{Conn: c.nc, r: br})
@@ -278,8 +290,8 @@ func (c *conn) handle(r *http.Request) (keep bool) {
 	w.reset(r)
 	defer func() {
 		if v := recover(); v != nil {
-			if b, ok := r.Body.(*body); ok {
-				b.shut()
+			if c.body != nil {
+				c.body.shut()
 			}
 			if err, ok := v.(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
 				c.s.log().Error("http handler panicked", "remote", c.remote, "panic", v, "stack", string(debug.Stack()))
@@ -292,9 +304,12 @@ func (c *conn) handle(r *http.Request) (keep bool) {
 		return false
 	}
 	if err := w.finish(); err != nil {
+		if c.body != nil {
+			c.body.shut() // a reader kept past the handler must not read a closed connection
+		}
 		return false
 	}
-	b, _ := r.Body.(*body)
+	b := c.body
 	if !w.closeAfter && (b == nil || b.drain()) {
 		return true
 	}
@@ -304,4 +319,30 @@ func (c *conn) handle(r *http.Request) (keep bool) {
 		c.lingerClose()
 	}
 	return false
+}
+
+// cancelerKey finds a connection's Canceler in its requests' contexts.
+type cancelerKey struct{}
+
+// Canceler cancels a request served by this server without a context of
+// its own: an HTTP/1.x connection serves one request at a time, so its
+// context is the request's, and canceling it ends the connection after
+// the response.
+type Canceler interface {
+	// CancelFunc returns the function that cancels r's context with a
+	// cause, if r is the request the connection is serving (not one made
+	// from it, such as the streams of an h2c upgrade).
+	CancelFunc(r *http.Request) (context.CancelCauseFunc, bool)
+}
+
+// CancelFunc implements Canceler.
+func (c *conn) CancelFunc(r *http.Request) (context.CancelCauseFunc, bool) {
+	return c.cancel, r == &c.req
+}
+
+// CancelerOf returns the Canceler of a request's connection, if it is
+// served by this server.
+func CancelerOf(ctx context.Context) (Canceler, bool) {
+	c, ok := ctx.Value(cancelerKey{}).(Canceler)
+	return c, ok
 }

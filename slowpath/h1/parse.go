@@ -108,7 +108,7 @@ func (c *conn) parse(block []byte) (*http.Request, *httpError) {
 	if herr := c.framing(r, minor); herr != nil {
 		return nil, herr
 	}
-	r.Close = shouldClose(minor, h["Connection"])
+	r.Close = r.Close || shouldClose(minor, h["Connection"])
 	return r, nil
 }
 
@@ -120,8 +120,9 @@ func (c *conn) parseTarget(r *http.Request) *httpError {
 	r.URL = u
 	switch {
 	case r.Method == http.MethodConnect && !strings.HasPrefix(target, "/"):
-		// authority-form
+		// authority-form: it names the host, as for net/http.
 		u.Host = target
+		r.Host = target
 		return nil
 	case target[0] == '/' && strings.IndexByte(target, '%') < 0 && strings.IndexByte(target, '#') < 0:
 		// origin-form without escapes, as nearly every request: what
@@ -158,7 +159,12 @@ func (c *conn) framing(r *http.Request, minor int) *httpError {
 			return &httpError{http.StatusNotImplemented, "unsupported transfer encoding " + quote([]byte(strings.Join(te, ",")))}
 		}
 		delete(h, "Transfer-Encoding")
-		delete(h, "Content-Length")
+		if _, ok := h["Content-Length"]; ok {
+			// RFC 9112 §6.1: a server that reads such a request by its
+			// Transfer-Encoding must close the connection after it.
+			delete(h, "Content-Length")
+			r.Close = true
+		}
 		r.TransferEncoding = chunkedTE
 		r.ContentLength = -1
 		r.Body = c.newBody(r, -1)

@@ -181,6 +181,10 @@ func (w *response) sendHead(final bool) {
 	r, c, h := w.r, w.c, w.hdr
 	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") || c.s.draining.Load() || r.Close {
 		w.closeAfter = true
+	} else if c.body != nil && c.body.undrainable() {
+		// The request's body will not be read: the connection ends after
+		// this response, and the client should know it now.
+		w.closeAfter = true
 	}
 	if tr := h["Trailer"]; len(tr) > 0 && !w.noBody {
 		for _, v := range tr {
@@ -198,7 +202,9 @@ func (w *response) sendHead(final bool) {
 			h["Content-Length"] = []string{strconv.FormatInt(w.written, 10)}
 		}
 	case w.clen >= 0:
-	case final && len(w.trailers) == 0:
+	case final && (len(w.trailers) == 0 && !hasTrailerPrefix(h) || r.ProtoMinor == 0):
+		// Trailers (declared, or set with http.TrailerPrefix) need chunked
+		// framing, which HTTP/1.0 lacks.
 		w.clen = int64(len(w.buf))
 	case r.ProtoMinor == 1:
 		w.chunked = true
@@ -244,6 +250,17 @@ func (w *response) sendHead(final bool) {
 		w.buf = w.buf[:0]
 		_, _ = w.writeBody(held)
 	}
+}
+
+// hasTrailerPrefix reports whether h holds trailers set with
+// http.TrailerPrefix.
+func hasTrailerPrefix(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeFields writes header fields, folding CR and LF in values to

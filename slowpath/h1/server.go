@@ -146,7 +146,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.cancel()
+		c.cancel(nil)
 		_ = c.nc.Close()
 	}
 	return nil
