@@ -39,11 +39,31 @@ func (p *Proxy) accept(ln net.Listener, key sockets.Key, h1s *h1.Server, feed *c
 			// The listener is being removed.
 			_ = c.Close()
 		case l.tls != nil:
-			feed.push(tls.Server(c, l.tls))
+			go p.handshake(tls.Server(c, l.tls), h1s, feed)
 		default:
 			go h1s.ServeConn(c)
 		}
 	}
+}
+
+// handshake completes a TLS handshake (within the read-header timeout)
+// and serves the connection by the protocol ALPN chose: HTTP/2 by
+// net/http's server, HTTP/1.x by the own.
+func (p *Proxy) handshake(tc *tls.Conn, h1s *h1.Server, feed *connFeed) {
+	if d := p.opts.ReadHeaderTimeout; d > 0 {
+		_ = tc.SetDeadline(time.Now().Add(d))
+	}
+	if err := tc.Handshake(); err != nil {
+		p.httpLog.Printf("TLS handshake error from %s: %v", tc.RemoteAddr(), err)
+		_ = tc.Close()
+		return
+	}
+	_ = tc.SetDeadline(time.Time{})
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		feed.push(tc)
+		return
+	}
+	h1s.ServeConn(tc)
 }
 
 // connFeed is the listener net/http's server accepts from: connections

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,11 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.cancel = cancel
 	c.ctx = context.WithValue(ctx, cancelerKey{}, c)
 	c.tmpl = (&http.Request{}).WithContext(c.ctx)
+	if tc, ok := nc.(*tls.Conn); ok {
+		// Handshaken already: the state is final.
+		st := tc.ConnectionState()
+		c.tmpl.TLS = &st
+	}
 	c.remote = nc.RemoteAddr().String()
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(nc)

@@ -1,5 +1,6 @@
-// Package h1 is the slow path's HTTP/1.1 server for plaintext
-// connections.
+// Package h1 is the slow path's HTTP/1.1 server, for plaintext
+// connections and TLS connections whose handshake chose HTTP/1.1 (or no
+// protocol): Request.TLS is set for those.
 //
 // net/http's server spends more CPU around a proxied request than the
 // proxy itself: a goroutine and a read that fails with EAGAIN per request
@@ -72,7 +73,8 @@ const (
 )
 
 // ServeConn serves nc until it closes, fails or is hijacked, and closes
-// it (unless hijacked or handed off). It returns at once, closing nc, when
+// it (unless hijacked or handed off). A *tls.Conn must have completed its
+// handshake. It returns at once, closing nc, when
 // the server is shutting down.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := newConn(s, nc)
