@@ -72,7 +72,8 @@ func transport(p v1alpha1.ListenerProtocol) string {
 func (b *builder) buildGateways() {
 	gws := sortByName(b.in.Gateways, func(g *v1alpha1.ProxyGateway) (string, string) { return g.Namespace, g.Name })
 	slices.SortStableFunc(gws, func(x, y *v1alpha1.ProxyGateway) int {
-		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta), cmp.Compare(x.Namespace, y.Namespace))
+		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions)),
+			cmp.Compare(x.Namespace, y.Namespace))
 	})
 	// binds records who holds each address:port/transport ("*" for every
 	// address), so two listeners never fight over one socket.

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,40 @@ func TestOverlappingPoolsSameSecond(t *testing.T) {
 				}
 				t.Fatalf("accepted %v, want only %s", names, tc.want)
 			}
+		})
+	}
+}
+
+// TestVIPClaimSameSecond: of two ProxyVIPs made in the same second that
+// claim one address, the one already accepted keeps it whatever the
+// names; with neither accepted yet, the name decides.
+func TestVIPClaimSameSecond(t *testing.T) {
+	at := metav1.NewTime(time.Unix(1_800_000_000, 0))
+	vip := func(name string, accepted bool) v1alpha1.ProxyVIP {
+		v := v1alpha1.ProxyVIP{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at},
+			Spec: v1alpha1.ProxyVIPSpec{Address: "192.0.2.10", Mode: v1alpha1.VIPModeL2ARP}}
+		if accepted {
+			v.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"}}
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name        string
+		vips        []v1alpha1.ProxyVIP
+		keeps, lose string
+	}{
+		{"the accepted one sorts later by name", []v1alpha1.ProxyVIP{vip("z-held", true), vip("a-new", false)}, "z-held", "a-new"},
+		{"neither accepted yet: by name", []v1alpha1.ProxyVIP{vip("z-held", false), vip("a-new", false)}, "a-new", "z-held"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, diags := Build(&Input{VIPs: tc.vips}, Options{Node: Node{Name: "n"}})
+			want := "ProxyVIP " + tc.lose + ": spec.address: address 192.0.2.10 is already claimed by ProxyVIP " + tc.keeps
+			for _, d := range diags.Errors() {
+				if strings.Contains(d.String(), want) {
+					return
+				}
+			}
+			t.Fatalf("want error %q, got %v", want, diags)
 		})
 	}
 }

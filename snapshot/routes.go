@@ -20,7 +20,8 @@ func (b *builder) buildRoutes() {
 	routes := sortByName(b.in.Routes, func(r *v1alpha1.ProxyRoute) (string, string) { return r.Namespace, r.Name })
 	// Older routes win conflicts over a TCP/UDP listener or an SNI name.
 	slices.SortStableFunc(routes, func(x, y *v1alpha1.ProxyRoute) int {
-		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta), cmp.Compare(x.Namespace, y.Namespace))
+		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions)),
+			cmp.Compare(x.Namespace, y.Namespace))
 	})
 	for _, rt := range routes {
 		b.buildRoute(rt)

@@ -77,9 +77,13 @@ type poolEntry struct {
 
 // olderFirst orders by creation time, then name: when two resources claim
 // the same thing, the one that existed first keeps it (files carry no
-// timestamps, so there the name decides).
-func olderFirst(a, b metav1.ObjectMeta) int {
-	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+// timestamps, so there the name decides). Creation times have one-second
+// resolution: of two resources made in the same second, the one that
+// holds the contested thing already (aHeld, bHeld: accepted per its
+// status) stays the older, whatever the names, so that a newcomer never
+// takes over what is in use.
+func olderFirst(a, b metav1.ObjectMeta, aHeld, bHeld bool) int {
+	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), compareBool(bHeld, aHeld), cmp.Compare(a.Name, b.Name))
 }
 
 // wasAccepted says whether a resource's status says it was accepted.
@@ -100,13 +104,8 @@ func compareBool(a, b bool) int {
 
 func (b *builder) buildPools() {
 	pools := sortByName(b.in.Pools, func(p *v1alpha1.ProxyIPPool) (string, string) { return "", p.Name })
-	// Creation times have one-second resolution: of two pools made in the
-	// same second, the one already accepted (its addresses may be in use)
-	// stays the older, whatever the names.
 	slices.SortStableFunc(pools, func(x, y *v1alpha1.ProxyIPPool) int {
-		return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time),
-			compareBool(wasAccepted(y.Status.Conditions), wasAccepted(x.Status.Conditions)),
-			cmp.Compare(x.Name, y.Name))
+		return olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions))
 	})
 	for _, p := range pools {
 		e := &poolEntry{obj: p, ref: ref(kPool, "", p.Name), pool: &ipam.Pool{
@@ -189,7 +188,9 @@ var vipModes = map[v1alpha1.VIPMode]pb.VIPMode{
 
 func (b *builder) buildVIPs() {
 	vips := sortByName(b.in.VIPs, func(v *v1alpha1.ProxyVIP) (string, string) { return "", v.Name })
-	slices.SortStableFunc(vips, func(x, y *v1alpha1.ProxyVIP) int { return olderFirst(x.ObjectMeta, y.ObjectMeta) })
+	slices.SortStableFunc(vips, func(x, y *v1alpha1.ProxyVIP) int {
+		return olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions))
+	})
 
 	// Pass 1: parse, check modes and pool references, claim static addresses.
 	claimed := map[netip.Addr]*vipEntry{}
