@@ -114,10 +114,29 @@ func (b *body) readTrailer() error {
 	if err != nil {
 		return err
 	}
+	for k := range tr {
+		if prohibitedTrailer(k) {
+			// A proxy that passed them on could make the next hop read
+			// the message differently (RFC 9110 §6.5.1).
+			delete(tr, k)
+		}
+	}
 	if len(tr) > 0 {
 		b.r.Trailer = tr
 	}
 	return nil
+}
+
+// prohibitedTrailer: fields that frame, route, authenticate or control the
+// message, which a trailer must not carry.
+func prohibitedTrailer(k string) bool {
+	switch k {
+	case "Transfer-Encoding", "Content-Length", "Content-Encoding", "Content-Type", "Content-Range", "Trailer",
+		"Host", "Connection", "Keep-Alive", "Te", "Upgrade", "Expect", "Authorization", "Proxy-Authorization",
+		"Cookie", "Set-Cookie", "Cache-Control", "Max-Forwards", "Range":
+		return true
+	}
+	return false
 }
 
 // Close is a no-op for the handler: the server reads past what is left

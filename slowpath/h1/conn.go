@@ -128,6 +128,9 @@ func (c *conn) serveOne() error {
 	if _, err := c.br.Peek(1); err != nil {
 		return err
 	}
+	if err := c.skipEmptyLines(); err != nil {
+		return err
+	}
 	if c.state.Swap(stateActive) == stateIdle && s.draining.Load() {
 		// Woken to close, or a request raced the drain: a client retries
 		// a request on a keep-alive connection that closes unanswered.
@@ -172,6 +175,34 @@ func (c *conn) serveOne() error {
 	c.state.Store(stateIdle)
 	if s.draining.Load() {
 		return net.ErrClosed
+	}
+	return nil
+}
+
+// skipEmptyLines skips a few empty lines before a request line, which
+// RFC 9112 §2.2 asks servers to ignore (some clients send one after a
+// request body).
+func (c *conn) skipEmptyLines() error {
+	for range 4 {
+		b, err := c.br.Peek(1)
+		if err != nil {
+			return err
+		}
+		switch b[0] {
+		case '\n':
+			_, _ = c.br.Discard(1)
+		case '\r':
+			b, err = c.br.Peek(2)
+			if err != nil {
+				return err
+			}
+			if b[1] != '\n' {
+				return nil
+			}
+			_, _ = c.br.Discard(2)
+		default:
+			return nil
+		}
 	}
 	return nil
 }

@@ -149,6 +149,7 @@ func (c *conn) parseTarget(r *http.Request) *httpError {
 // never both (chunked wins and Content-Length is dropped, RFC 9112 §6.3),
 // and no other transfer coding.
 func (c *conn) framing(r *http.Request, minor int) *httpError {
+	c.body = nil // newBody sets it; a request without one must not see the last one's
 	h := r.Header
 	te := h["Transfer-Encoding"]
 	if len(te) > 0 {

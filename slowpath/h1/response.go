@@ -268,20 +268,30 @@ func hasTrailerPrefix(h http.Header) bool {
 // own.
 func writeFields(bw *bufio.Writer, h http.Header) {
 	for k, vs := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			continue
-		}
-		for _, v := range vs {
-			_, _ = bw.WriteString(k)
-			_, _ = bw.WriteString(": ")
-			if strings.ContainsAny(v, "\r\n") {
-				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
-			}
-			_, _ = bw.WriteString(v)
-			_, _ = bw.WriteString("\r\n")
+		if !strings.HasPrefix(k, http.TrailerPrefix) {
+			writeField(bw, k, vs)
 		}
 	}
 }
+
+// writeField writes the lines of one field; a name that is no token is
+// left out (net/http does the same), so no handler can break the framing.
+func writeField(bw *bufio.Writer, k string, vs []string) {
+	if !httpguts.ValidHeaderFieldName(k) {
+		return
+	}
+	for _, v := range vs {
+		_, _ = bw.WriteString(k)
+		_, _ = bw.WriteString(": ")
+		if strings.ContainsAny(v, "\r\n") {
+			v = newlineToSpace.Replace(v)
+		}
+		_, _ = bw.WriteString(v)
+		_, _ = bw.WriteString("\r\n")
+	}
+}
+
+var newlineToSpace = strings.NewReplacer("\r", " ", "\n", " ")
 
 // finish completes the response when the handler returns: the head if
 // not sent, the held-back body, the last chunk and trailers, one flush.
@@ -297,15 +307,11 @@ func (w *response) finish() error {
 	if w.chunked {
 		_, _ = bw.WriteString("0\r\n")
 		for _, k := range w.trailers {
-			for _, v := range w.hdr[k] {
-				_, _ = bw.WriteString(k + ": " + v + "\r\n")
-			}
+			writeField(bw, k, w.hdr[k])
 		}
 		for k, vs := range w.hdr {
 			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
-				for _, v := range vs {
-					_, _ = bw.WriteString(http.CanonicalHeaderKey(name) + ": " + v + "\r\n")
-				}
+				writeField(bw, http.CanonicalHeaderKey(name), vs)
 			}
 		}
 		_, _ = bw.WriteString("\r\n")
@@ -355,6 +361,13 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c.state.Store(stateActive)
 	c.s.track(c, false)
 	_ = c.nc.SetDeadline(time.Time{})
+	if b := c.body; b != nil && b.mu.TryLock() {
+		// The read buffer is the hijacker's now: a body read would read
+		// it (or panic on its nil). A reader running now is not waited
+		// for; it may block for good.
+		b.closed = true
+		b.mu.Unlock()
+	}
 	// The buffers go with the connection and are not pooled again.
 	rw := bufio.NewReadWriter(c.br, c.bw)
 	c.br, c.bw = nil, nil

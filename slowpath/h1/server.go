@@ -148,8 +148,10 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.cancel(nil)
+		// Closed first: a handler that returns when its context ends
+		// must find no connection to answer on.
 		_ = c.nc.Close()
+		c.cancel(nil)
 	}
 	return nil
 }

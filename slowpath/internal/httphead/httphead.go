@@ -116,7 +116,11 @@ type Field struct{ K0, K1, V0, V1 int }
 // read a header differently from the next hop).
 func ScanFields(block []byte, i int, fields []Field, malformed error, noFold bool) ([]Field, error) {
 	for i < len(block) {
-		e := i + bytes.IndexByte(block[i:], '\n')
+		j := bytes.IndexByte(block[i:], '\n')
+		if j < 0 {
+			break // a last line without its end
+		}
+		e := i + j
 		line := TrimCR(block[i:e])
 		if len(line) == 0 {
 			return fields, nil

@@ -1,0 +1,491 @@
+package h1
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echo answers with the request's path and body.
+var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	_, _ = io.WriteString(w, r.URL.Path+":"+string(b))
+})
+
+func TestKeepAlive(t *testing.T) {
+	ts := serve(t, &Server{Handler: echo})
+
+	t.Run("sequential requests", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		for i, path := range []string{"/a", "/b", "/c"} {
+			cl.send("POST " + path + " HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\n" + string(rune('0'+i)))
+			resp, body := cl.response("POST")
+			if want := path + ":" + string(rune('0'+i)); body != want || resp.Close {
+				t.Fatalf("request %d: %q close=%v, want %q kept", i, body, resp.Close, want)
+			}
+		}
+	})
+	t.Run("pipelined", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("POST /1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nonePOST /2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n" +
+			"GET /3 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		for _, want := range []string{"/1:one", "/2:two", "/3:"} {
+			if _, body := cl.response("GET"); body != want {
+				t.Fatalf("response %q, want %q", body, want)
+			}
+		}
+		cl.expectEOF()
+	})
+	t.Run("HTTP/1.0 closes", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("GET /x HTTP/1.0\r\n\r\n")
+		if resp, body := cl.response("GET"); body != "/x:" || !resp.Close {
+			t.Fatalf("%q close=%v", body, resp.Close)
+		}
+		cl.expectEOF()
+	})
+	t.Run("HTTP/1.0 keep-alive", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		for range 2 {
+			cl.send("GET /x HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+			if resp, body := cl.response("GET"); body != "/x:" || resp.Close {
+				t.Fatalf("%q close=%v", body, resp.Close)
+			}
+		}
+	})
+	t.Run("Connection: close", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("GET /x HTTP/1.1\r\nHost: h\r\nConnection: foo, close\r\n\r\n")
+		if resp, body := cl.response("GET"); body != "/x:" || !resp.Close {
+			t.Fatalf("%q close=%v", body, resp.Close)
+		}
+		cl.expectEOF()
+	})
+}
+
+func TestExpectContinue(t *testing.T) {
+	ts := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		echo(w, r)
+	})})
+	const head = " HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+
+	t.Run("100 before the body", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("POST /up" + head)
+		// The body is not sent before the 100 arrives: the handler's read
+		// must ask for it.
+		if resp, _ := cl.response("POST"); resp.StatusCode != http.StatusContinue {
+			t.Fatalf("first response %d, want 100", resp.StatusCode)
+		}
+		cl.send("hello")
+		if resp, body := cl.response("POST"); resp.StatusCode != 200 || body != "/up:hello" || resp.Close {
+			t.Fatalf("final response %d %q close=%v", resp.StatusCode, body, resp.Close)
+		}
+		cl.expectOpen()
+	})
+	t.Run("no 100 when the body is not read", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("POST /refuse" + head)
+		resp, _ := cl.response("POST")
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("first response %d, want 403 without 100", resp.StatusCode)
+		}
+		if !resp.Close {
+			t.Errorf("response without Connection: close")
+		}
+		cl.expectEOF()
+	})
+	t.Run("HTTP/1.0 gets no 100", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("POST /up HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello")
+		if resp, body := cl.response("POST"); resp.StatusCode != 200 || body != "/up:hello" {
+			t.Fatalf("response %d %q", resp.StatusCode, body)
+		}
+	})
+}
+
+func TestUnreadBody(t *testing.T) {
+	ts := serve(t, &Server{Handler: ok})
+
+	t.Run("small body is drained", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10000\r\n\r\n" + strings.Repeat("b", 10000))
+		if resp, body := cl.response("POST"); body != "ok" || resp.Close {
+			t.Fatalf("%q close=%v", body, resp.Close)
+		}
+		cl.expectOpen()
+	})
+	t.Run("small chunked body is drained", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n")
+		if resp, body := cl.response("POST"); body != "ok" || resp.Close {
+			t.Fatalf("%q close=%v", body, resp.Close)
+		}
+		cl.expectOpen()
+	})
+	t.Run("large body closes", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		// Declared 1 MiB; 200 KiB sent, all of which the server reads
+		// before it closes, so that the close is no reset.
+		sent := make(chan error, 1)
+		go func() {
+			_, err := io.WriteString(cl.Conn, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1048576\r\n\r\n"+strings.Repeat("b", 200<<10))
+			sent <- err
+		}()
+		resp, body := cl.response("POST")
+		if body != "ok" {
+			t.Fatalf("body %q", body)
+		}
+		if !resp.Close {
+			t.Errorf("response without Connection: close")
+		}
+		cl.expectEOF()
+		if err := recv(t, sent); err != nil {
+			t.Fatalf("client write: %v", err)
+		}
+	})
+}
+
+// TestBodyAfterHandler reads a request body after its handler returned:
+// the read fails, and reads nothing of the connection.
+func TestBodyAfterHandler(t *testing.T) {
+	bodies := make(chan io.Reader, 1)
+	ts := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/short" {
+			// Less than declared: the connection closes.
+			w.Header().Set("Content-Length", "10")
+		}
+		if r.URL.Path != "/next" {
+			bodies <- r.Body
+		}
+		_, _ = io.WriteString(w, "ok")
+	})})
+	for _, tc := range []struct {
+		name, request string
+		keep          bool
+	}{
+		{"drained", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", true},
+		{"unread chunked", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", true},
+		{"too large", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1000000\r\n\r\nhello", false},
+		{"closed connection", "POST / HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 10\r\n\r\nhello", false},
+		{"failed response", "POST /short HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nhello", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := dial(t, ts.addr)
+			cl.send(tc.request)
+			_, _, _ = cl.tryResponse("POST")
+			body := recv(t, bodies)
+			// Wait until the server is done with the request: it has
+			// answered the next one, or ended the connection.
+			if tc.keep {
+				cl.expectOpen()
+			} else {
+				_ = cl.Close()
+				ts.waitEnded(t, cl)
+			}
+			n, err := body.Read(make([]byte, 10))
+			if err == nil || n != 0 || errors.Is(err, io.EOF) {
+				t.Fatalf("read after the handler: %d, %v; want an error", n, err)
+			}
+		})
+	}
+}
+
+func TestHijack(t *testing.T) {
+	hijacked := make(chan net.Conn, 1)
+	ts := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		nc, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		// The line sent with the request is in the buffered reader.
+		line, err := rw.ReadString('\n')
+		if err != nil {
+			panic(err)
+		}
+		_, _ = rw.WriteString("echo " + line)
+		_ = rw.Flush()
+		if _, err := w.Write([]byte("x")); !errors.Is(err, http.ErrHijacked) {
+			panic("write after hijack: " + errString(err))
+		}
+		hijacked <- nc
+	})})
+	cl := dial(t, ts.addr)
+	cl.send("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nhello\n")
+	if resp, err := http.ReadResponse(cl.br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("response %v, %v", resp, err)
+	}
+	if line, err := cl.br.ReadString('\n'); err != nil || line != "echo hello\n" {
+		t.Fatalf("echo %q, %v", line, err)
+	}
+	nc := recv(t, hijacked)
+	defer func() { _ = nc.Close() }()
+	ts.waitEnded(t, cl)
+	// The server is done and wrote nothing more: the next bytes are ours,
+	// and the connection is still open.
+	if _, err := io.WriteString(nc, "ping\n"); err != nil {
+		t.Fatalf("write on hijacked connection: %v", err)
+	}
+	if line, err := cl.br.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("read %q, %v; want ping", line, err)
+	}
+}
+
+func TestHandoff(t *testing.T) {
+	handed := make(chan net.Conn, 1)
+	ts := serve(t, &Server{Handler: ok, Handoff: func(c net.Conn) { handed <- c }})
+	for _, tc := range []struct{ name, first string }{
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"},
+		{"HTTP/2 preface in pieces", "PRI * HT|TP/2.0\r|\n\r\nSM\r\n\r\n"},
+		{"not HTTP", "SSH-2.0-x\r\nmore"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := dial(t, ts.addr)
+			for part := range strings.SplitSeq(tc.first, "|") {
+				cl.send(part)
+				time.Sleep(10 * time.Millisecond) // let the server see a partial line
+			}
+			want := strings.ReplaceAll(tc.first, "|", "")
+			var nc net.Conn
+			select {
+			case nc = <-handed:
+			case <-time.After(testDeadline):
+				t.Fatal("connection not handed off")
+			}
+			defer func() { _ = nc.Close() }()
+			_ = nc.SetDeadline(time.Now().Add(testDeadline))
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(nc, got); err != nil || string(got) != want {
+				t.Fatalf("handed connection read %q, %v; want %q", got, err, want)
+			}
+			// It is still the client's connection, in both directions.
+			cl.send("after")
+			if _, err := io.ReadFull(nc, got[:5]); err != nil || string(got[:5]) != "after" {
+				t.Fatalf("read %q, %v", got[:5], err)
+			}
+			if _, err := io.WriteString(nc, "reply"); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := cl.br.Peek(5); err != nil || string(b) != "reply" {
+				t.Fatalf("client read %q, %v", b, err)
+			}
+		})
+	}
+	t.Run("HTTP/1.1 is served", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		if _, body := cl.response("GET"); body != "ok" {
+			t.Fatalf("body %q", body)
+		}
+		cl.expectOpen()
+	})
+}
+
+func TestShutdown(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	ts := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			close(started)
+			select {
+			case <-release:
+			case <-r.Context().Done(): // the test failed: its cleanup closes the server
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	})})
+	idle := dial(t, ts.addr)
+	idle.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	idle.response("GET")
+	active := dial(t, ts.addr)
+	active.send("GET /block HTTP/1.1\r\nHost: h\r\n\r\n")
+	recv(t, started)
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+		defer cancel()
+		done <- ts.srv.Shutdown(ctx)
+	}()
+	idle.expectEOF()
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) with a request in progress", err)
+	default:
+	}
+	close(release)
+	resp, body := active.response("GET")
+	if body != "ok" || !resp.Close {
+		t.Fatalf("active request: %q close=%v, want ok with Connection: close", body, resp.Close)
+	}
+	active.expectEOF()
+	if err := recv(t, done); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	// A connection after Shutdown is closed unserved.
+	late := dial(t, ts.addr)
+	late.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	if _, err := late.br.ReadByte(); err == nil {
+		t.Fatal("connection after Shutdown served")
+	}
+}
+
+func TestCloseCancelsRequests(t *testing.T) {
+	started, canceled := make(chan struct{}), make(chan error, 1)
+	ts := serve(t, &Server{Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		close(started)
+		select {
+		case <-r.Context().Done():
+			canceled <- r.Context().Err()
+		case <-time.After(testDeadline):
+			canceled <- errors.New("request context not canceled")
+		}
+	})})
+	cl := dial(t, ts.addr)
+	cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	recv(t, started)
+	if err := ts.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, canceled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler: %v", err)
+	}
+	if _, err := cl.br.ReadByte(); err == nil {
+		t.Fatal("closed server answered")
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	const short = 100 * time.Millisecond
+	t.Run("ReadHeaderTimeout", func(t *testing.T) {
+		ts := serve(t, &Server{Handler: ok, ReadHeaderTimeout: short, IdleTimeout: time.Hour})
+		cl := dial(t, ts.addr)
+		cl.send("GET / HTTP/1.1\r\nHost: h\r\n")
+		cl.expectEOF()
+		// Also on a kept connection, where the idle timeout covers the
+		// wait for the first byte.
+		cl = dial(t, ts.addr)
+		cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		cl.response("GET")
+		cl.send("GET / HTTP/1.1\r\n")
+		cl.expectEOF()
+	})
+	t.Run("IdleTimeout", func(t *testing.T) {
+		ts := serve(t, &Server{Handler: ok, IdleTimeout: short})
+		cl := dial(t, ts.addr)
+		cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		cl.response("GET")
+		cl.expectEOF()
+	})
+	// The timeouts bound the head, not a body the handler reads slowly.
+	for _, srv := range []*Server{
+		{Handler: echo, IdleTimeout: short},
+		{Handler: echo, ReadHeaderTimeout: short},
+		{Handler: echo, ReadHeaderTimeout: short, IdleTimeout: short},
+	} {
+		t.Run("slow body", func(t *testing.T) {
+			ts := serve(t, srv)
+			cl := dial(t, ts.addr)
+			for i := range 2 { // a new and a kept connection
+				cl.send("POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhe")
+				time.Sleep(3 * short) // past both timeouts
+				cl.send("llo")
+				if resp, body := cl.response("POST"); resp.StatusCode != 200 || body != "/up:hello" {
+					t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+				}
+			}
+		})
+	}
+}
+
+func TestPanic(t *testing.T) {
+	var logs logBuffer
+	ts := serve(t, &Server{
+		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/panic":
+				panic("boom")
+			case "/abort":
+				_, _ = io.WriteString(w, "partial")
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			}
+			_, _ = io.WriteString(w, "ok")
+		}),
+	})
+	for _, tc := range []struct {
+		path   string
+		logged int
+	}{{"/panic", 1}, {"/abort", 0}} {
+		before := logs.count("http handler panicked")
+		cl := dial(t, ts.addr)
+		cl.send("GET " + tc.path + " HTTP/1.1\r\nHost: h\r\n\r\n")
+		if resp, body, err := cl.tryResponse("GET"); err == nil {
+			t.Fatalf("%s: complete response %d %q", tc.path, resp.StatusCode, body)
+		}
+		_ = cl.Close()
+		ts.waitEnded(t, cl)
+		if n := logs.count("http handler panicked") - before; n != tc.logged {
+			t.Errorf("%s: %d panics logged, want %d", tc.path, n, tc.logged)
+		}
+		// The server serves other connections.
+		cl = dial(t, ts.addr)
+		cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		if _, body := cl.response("GET"); body != "ok" {
+			t.Fatalf("after panic: %q", body)
+		}
+	}
+}
+
+// TestHijackBody reads a request's body after its connection was
+// hijacked: the read fails (the buffered bytes are the hijacker's now)
+// rather than panicking.
+func TestHijackBody(t *testing.T) {
+	var logs logBuffer
+	got := make(chan string, 1)
+	ts := serve(t, &Server{
+		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			nc, rw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			defer func() { _ = nc.Close() }()
+			n, err := r.Body.Read(make([]byte, 5))
+			if err == nil || n != 0 {
+				got <- "body read after hijack: " + errString(err)
+				return
+			}
+			b := make([]byte, 5)
+			if _, err := io.ReadFull(rw, b); err != nil {
+				got <- "hijacker read: " + err.Error()
+				return
+			}
+			got <- string(b)
+		}),
+	})
+	cl := dial(t, ts.addr)
+	cl.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello")
+	ts.waitEnded(t, cl)
+	if n := logs.count("panicked"); n != 0 {
+		t.Fatalf("handler panicked: %s", logs.buf.String())
+	}
+	if s := recv(t, got); s != "hello" {
+		t.Fatal(s)
+	}
+}
