@@ -44,7 +44,11 @@ func (c countingConn) Write(b []byte) (int, error) {
 // serve starts srv on 127.0.0.1 with an accept loop calling ServeConn per
 // connection; the cleanup closes the listener and the server and waits
 // for every ServeConn to return.
-func serve(t testing.TB, srv *Server) *testServer {
+func serve(t testing.TB, srv *Server) *testServer { return serveWith(t, srv, nil) }
+
+// serveWith is serve with each accepted connection passed through prepare
+// first (a TLS handshake, say); prepare returns nil to drop it.
+func serveWith(t testing.TB, srv *Server, prepare func(net.Conn) net.Conn) *testServer {
 	t.Helper()
 	if srv.Log == nil {
 		srv.Log = slog.New(slog.DiscardHandler)
@@ -68,7 +72,14 @@ func serve(t testing.TB, srv *Server) *testServer {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				srv.ServeConn(countingConn{c.(*net.TCPConn), n})
+				var sc net.Conn = countingConn{c.(*net.TCPConn), n}
+				if prepare != nil {
+					if sc = prepare(sc); sc == nil {
+						_ = c.Close()
+						return
+					}
+				}
+				srv.ServeConn(sc)
 				select {
 				case ts.ended <- c:
 				default:

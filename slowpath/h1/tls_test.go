@@ -2,49 +2,34 @@ package h1
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/novaedge/novaedge/slowpath/internal/testcert"
 )
 
-// testCert makes a self-signed certificate for "h1.test".
+// testCert makes a certificate for "h1.test" and the pool that trusts it.
 func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcert.NewCA("h1 test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "h1.test"},
-		DNSNames:     []string{"h1.test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	certPEM, keyPEM, err := ca.Leaf("h1.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := x509.ParseCertificate(der)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+	return cert, ca.Pool()
 }
 
 // TestTLS serves handshaken TLS connections: Request.TLS is set,
@@ -59,37 +44,18 @@ func TestTLS(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "tls:"+r.URL.Path)
 	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
-				_ = tc.SetDeadline(time.Now().Add(testDeadline))
-				if err := tc.Handshake(); err != nil {
-					_ = c.Close()
-					return
-				}
-				_ = tc.SetDeadline(time.Time{})
-				srv.ServeConn(tc)
-			}()
+	ts := serveWith(t, srv, func(c net.Conn) net.Conn {
+		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+		_ = tc.SetDeadline(time.Now().Add(testDeadline))
+		if err := tc.Handshake(); err != nil {
+			return nil
 		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); _ = srv.Close(); wg.Wait() })
+		_ = tc.SetDeadline(time.Time{})
+		return tc
+	})
 
 	dialTLS := func() (*tls.Conn, *bufio.Reader) {
-		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "h1.test", NextProtos: []string{"http/1.1"}})
+		c, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: pool, ServerName: "h1.test", NextProtos: []string{"http/1.1"}})
 		if err != nil {
 			t.Fatalf("dial: %v", err)
 		}
