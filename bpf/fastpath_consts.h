@@ -32,6 +32,16 @@
 #define CT_SIZE 262144
 #endif
 
+/*
+ * Slots of the per-CPU flow cache, a power of two (2^10 × 48 bytes: 48 KiB
+ * per CPU, small enough to stay in the CPU's caches); the loader sets the
+ * size and flow_cache_bits together.
+ */
+#ifndef FLOW_CACHE_SIZE
+#define FLOW_CACHE_SIZE 1024
+#endif
+#define FLOW_CACHE_BITS 10
+
 /* NAT reply mappings (backend → node or client 5-tuples). */
 #ifndef NAT_SIZE
 #define NAT_SIZE 262144

@@ -18,11 +18,16 @@
 struct pkt {
 	/* The frame's 5-tuple (ports host order; 0 for ICMP). */
 	struct flow_key key;
-	/* Offset of the IP header, and of the L4 header, from the frame start. */
-	__u32 l3_off;
-	__u32 l4_off;
+	/*
+	 * Offset of the IP header, and of the L4 header, from the frame start
+	 * (below 16 KiB: 16 bits leave stack room for frame_len).
+	 */
+	__u16 l3_off;
+	__u16 l4_off;
 	/* Length of the IP packet by its own header (not counting padding). */
 	__u32 l3_len;
+	/* Length of the whole frame (for the byte counters). */
+	__u32 frame_len;
 	/* TCP flags (0 for other protocols). */
 	__u8 tcp_flags;
 	/* IPv4 TOS / IPv6 traffic class, copied to tunnel headers. */
@@ -363,6 +368,12 @@ static __always_inline int parse(struct xdp_md *ctx, struct pkt *p)
 
 	if ((void *)(eth + 1) > data_end)
 		return PARSE_MALFORMED;
+	/*
+	 * Taken here, as a difference of packet pointers: computed later from
+	 * the context's 32-bit fields, clang may spill half a packet pointer,
+	 * which the verifier refuses.
+	 */
+	p->frame_len = data_end - data;
 	proto = eth->h_proto;
 	if (proto == fp_htons(ETH_P_8021Q) || proto == fp_htons(ETH_P_8021AD)) {
 		struct vlan_hdr *vh = data + off;

@@ -65,13 +65,29 @@ struct {
 	__type(value, struct ct_value);
 } fp_conntrack SEC(".maps");
 
-/* Tracked IPv4 flows, as fp_conntrack (see struct flow_key4). */
+/* Tracked IPv4 TCP flows, as fp_conntrack (see struct flow_key4). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, CT_SIZE);
 	__type(key, struct flow_key4);
 	__type(value, struct ct_value);
-} fp_conntrack4 SEC(".maps");
+} fp_ct4_tcp SEC(".maps");
+
+/* Tracked IPv4 UDP flows, as fp_conntrack (see struct flow_key4). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CT_SIZE);
+	__type(key, struct flow_key4);
+	__type(value, struct ct_value);
+} fp_ct4_udp SEC(".maps");
+
+/* Per-CPU copies of open IPv4 flows' conntrack entries by flow_cache_slot (see fastpath.bpf.c). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FLOW_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct flow_cache_entry);
+} fp_flow_cache SEC(".maps");
 
 /* NAT mappings: backend → node/client 5-tuple → the client and VIP. */
 struct {

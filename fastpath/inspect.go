@@ -24,7 +24,7 @@ const DefaultPinRoot = "/sys/fs/bpf/novaedge"
 
 // Layout versions the pinned maps' shapes. An agent whose maps differ
 // pins under a new layout directory instead of reusing incompatible maps.
-const Layout = "v3"
+const Layout = "v4"
 
 // MapsDir returns the directory of the pinned maps under root.
 func MapsDir(root string) string { return filepath.Join(root, Layout, "maps") }
@@ -44,7 +44,7 @@ func OpenPinned(root string) (*Pinned, error) {
 	p := &Pinned{maps: make(map[string]*ebpf.Map)}
 	for _, name := range []string{
 		fastpathbpf.FastpathMapFpVips, fastpathbpf.FastpathMapFpBackends, fastpathbpf.FastpathMapFpMaglev,
-		fastpathbpf.FastpathMapFpConntrack, fastpathbpf.FastpathMapFpConntrack4, fastpathbpf.FastpathMapFpNat, fastpathbpf.FastpathMapFpCounters,
+		fastpathbpf.FastpathMapFpConntrack, fastpathbpf.FastpathMapFpCt4Tcp, fastpathbpf.FastpathMapFpCt4Udp, fastpathbpf.FastpathMapFpNat, fastpathbpf.FastpathMapFpCounters,
 		fastpathbpf.FastpathMapFpVipStats, fastpathbpf.FastpathMapFpBackendStats, fastpathbpf.FastpathMapFpConfig,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
@@ -278,7 +278,7 @@ func (p *Pinned) Conntrack(limit int) ([]Flow, int, error) {
 		out []Flow
 		n   int
 	)
-	err = rangeConntrack(p.maps[fastpathbpf.FastpathMapFpConntrack4], p.maps[fastpathbpf.FastpathMapFpConntrack],
+	err = rangeConntrack(p.maps[fastpathbpf.FastpathMapFpCt4Tcp], p.maps[fastpathbpf.FastpathMapFpCt4Udp], p.maps[fastpathbpf.FastpathMapFpConntrack],
 		func(k fastpathbpf.FastpathFlowKey, v fastpathbpf.FastpathCtValue) bool {
 			n++
 			if limit > 0 && len(out) >= limit {

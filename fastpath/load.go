@@ -3,6 +3,7 @@ package fastpath
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 
@@ -20,11 +21,19 @@ type LoadOptions struct {
 	MaxVIPs uint32
 	// MaxBackends bounds backend IDs.
 	MaxBackends uint32
-	// ConntrackSize is the number of tracked flows (an LRU) of each
-	// family: IPv4 and IPv6 flows are kept in maps of their own.
+	// ConntrackSize is the number of tracked flows (an LRU) of each map:
+	// IPv6 flows, IPv4 TCP flows and IPv4 UDP flows are kept in maps of
+	// their own (the short IPv4 key leaves the protocol out).
 	ConntrackSize uint32
 	// NATSize is the number of NAT reply mappings (an LRU).
 	NATSize uint32
+	// FlowCacheSize is the slot count of the per-CPU flow cache, copies of
+	// open IPv4 flows' conntrack entries that spare the busiest flows'
+	// packets the conntrack lookup (see bpf/fastpath.bpf.c): a power of two
+	// up to 2^20; each slot takes 48 bytes per CPU. Zero means 1024 (48 KiB
+	// per CPU); a cache too large for the CPU's caches makes the probe of
+	// every packet a cache miss.
+	FlowCacheSize uint32
 	// BenchMissPath makes the program keep no state and rewrite nothing,
 	// so that repeated test runs measure the conntrack-miss path. Only
 	// benchmarks set it.
@@ -58,12 +67,21 @@ func Spec(opts LoadOptions) (*ebpf.CollectionSpec, error) {
 		fastpathbpf.FastpathMapFpBackends:     opts.MaxBackends,
 		fastpathbpf.FastpathMapFpBackendStats: opts.MaxBackends,
 		fastpathbpf.FastpathMapFpConntrack:    opts.ConntrackSize,
-		fastpathbpf.FastpathMapFpConntrack4:   opts.ConntrackSize,
+		fastpathbpf.FastpathMapFpCt4Tcp:       opts.ConntrackSize,
+		fastpathbpf.FastpathMapFpCt4Udp:       opts.ConntrackSize,
 		fastpathbpf.FastpathMapFpNat:          opts.NATSize,
 	} {
 		if n != 0 {
 			spec.Maps[name].MaxEntries = n
 		}
+	}
+	cacheBits, err := flowCacheBits(opts.FlowCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps[fastpathbpf.FastpathMapFpFlowCache].MaxEntries = 1 << cacheBits
+	if err := spec.Variables[fastpathbpf.FastpathVarFlowCacheBits].Set(cacheBits); err != nil {
+		return nil, fmt.Errorf("set flow_cache_bits: %w", err)
 	}
 	if err := spec.Variables[fastpathbpf.FastpathVarMaglevSize].Set(size); err != nil {
 		return nil, fmt.Errorf("set maglev_size: %w", err)
@@ -96,11 +114,28 @@ func Spec(opts LoadOptions) (*ebpf.CollectionSpec, error) {
 	return spec, nil
 }
 
+// defaultFlowCacheSize is LoadOptions.FlowCacheSize's zero value.
+const defaultFlowCacheSize = 1 << 10
+
+// flowCacheBits returns log2 of a flow cache size (0: the default), or an
+// error naming the field for a size that is no power of two in range.
+func flowCacheBits(size uint32) (uint32, error) {
+	if size == 0 {
+		size = defaultFlowCacheSize
+	}
+	if size < 2 || size > 1<<20 || size&(size-1) != 0 {
+		return 0, fmt.Errorf("FlowCacheSize %d: want a power of two from 2 to %d", size, 1<<20)
+	}
+	return uint32(bits.TrailingZeros32(size)), nil
+}
+
 // Objects are the loaded program and maps.
 type Objects struct {
 	fastpathbpf.FastpathObjects
 	// MaglevSize is the slot count of the Maglev tables.
 	MaglevSize uint32
+	// FlowCacheBits is log2 of the flow cache's slot count.
+	FlowCacheBits uint32
 }
 
 // Load loads the fast path into the kernel. A verifier rejection is
@@ -110,7 +145,13 @@ func Load(opts LoadOptions) (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs := &Objects{MaglevSize: spec.Maps[fastpathbpf.FastpathMapFpMaglev].InnerMap.MaxEntries}
+	if err := setClock(spec); err != nil {
+		return nil, err
+	}
+	objs := &Objects{
+		MaglevSize:    spec.Maps[fastpathbpf.FastpathMapFpMaglev].InnerMap.MaxEntries,
+		FlowCacheBits: uint32(bits.TrailingZeros32(spec.Maps[fastpathbpf.FastpathMapFpFlowCache].MaxEntries)),
+	}
 	copts := &ebpf.CollectionOptions{}
 	if opts.PinPath != "" {
 		copts.Maps.PinPath = opts.PinPath

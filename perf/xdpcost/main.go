@@ -4,14 +4,16 @@
 //
 //   - trivial: return XDP_TX (the floor of running any XDP program here);
 //   - ct-hit: a packet of a tracked flow to a DSR-L2 VIP: parse, VIP
-//     prefilter, conntrack hit (whose copy of the VIP entry spares the VIP
-//     lookup), backend lookup, cached next hop, MAC rewrite, XDP_TX. L2 DSR
-//     rewrites only the MACs, so the repeated runs (which reuse the rewritten
-//     buffer) stay on the hit path;
+//     prefilter, the flow's copy in the per-CPU flow cache (made by the
+//     first conntrack hit, the second run; it spares the conntrack lookup),
+//     backend lookup, cached next hop, MAC rewrite, XDP_TX. L2 DSR rewrites
+//     only the MACs, so the repeated runs (which reuse the rewritten buffer)
+//     stay on the hit path;
 //   - ct-hit over 65536 flows: the same, but the benchmark switch
 //     bench_flows makes run n a packet of flow n % 65536 (perf/xdpbench's
-//     flow count), so conntrack lookups reach a working set of that size
-//     instead of one entry that always sits in the cache;
+//     flow count), so the flow cache and conntrack reach a working set of
+//     that size instead of one entry that always sits in the CPU cache
+//     (flows whose flow cache slot another flow took go to conntrack);
 //   - miss: a packet to a NAT VIP with the program loaded with its benchmark
 //     switch (bench_miss_path), which keeps no state and rewrites nothing, so
 //     every run misses conntrack and hashes into the Maglev table;

@@ -52,6 +52,21 @@ type FastpathCtValue struct {
 	Pad       uint16
 }
 
+type FastpathFlowCacheEntry struct {
+	_          structs.HostLayout
+	Key        FastpathFlowKey4
+	Proto      uint8
+	Forward    uint8
+	NatPort    uint16
+	BackendId  uint32
+	VipId      uint32
+	Hash       uint32
+	VipEpoch   uint32
+	ValidUntil uint64
+	GuePort    uint16
+	Pad        [3]uint16
+}
+
 type FastpathFlowKey struct {
 	_      structs.HostLayout
 	Src    [16]uint8
@@ -69,8 +84,6 @@ type FastpathFlowKey4 struct {
 	Dst   [4]uint8
 	Sport uint16
 	Dport uint16
-	Proto uint8
-	Pad   [3]uint8
 }
 
 type FastpathFpBackendFlags uint32
@@ -230,8 +243,10 @@ const (
 	FastpathMapFpBackends        = "fp_backends"
 	FastpathMapFpConfig          = "fp_config"
 	FastpathMapFpConntrack       = "fp_conntrack"
-	FastpathMapFpConntrack4      = "fp_conntrack4"
 	FastpathMapFpCounters        = "fp_counters"
+	FastpathMapFpCt4Tcp          = "fp_ct4_tcp"
+	FastpathMapFpCt4Udp          = "fp_ct4_udp"
+	FastpathMapFpFlowCache       = "fp_flow_cache"
 	FastpathMapFpMaglev          = "fp_maglev"
 	FastpathMapFpNat             = "fp_nat"
 	FastpathMapFpNexthops        = "fp_nexthops"
@@ -240,14 +255,18 @@ const (
 	FastpathMapFpVipFilter       = "fp_vip_filter"
 	FastpathMapFpVipStats        = "fp_vip_stats"
 	FastpathMapFpVips            = "fp_vips"
+	FastpathProgNovaedgeClock    = "novaedge_clock"
 	FastpathProgNovaedgeFastpath = "novaedge_fastpath"
 	FastpathVarBenchFlowSeq      = "bench_flow_seq"
 	FastpathVarBenchFlows        = "bench_flows"
 	FastpathVarBenchMissPath     = "bench_miss_path"
+	FastpathVarFlowCacheBits     = "flow_cache_bits"
 	FastpathVarFpEnumsBtf        = "fp_enums_btf"
 	FastpathVarMaglevModMagic    = "maglev_mod_magic"
 	FastpathVarMaglevModShift    = "maglev_mod_shift"
 	FastpathVarMaglevSize        = "maglev_size"
+	FastpathVarTickNs            = "tick_ns"
+	FastpathVarTickOffsetNs      = "tick_offset_ns"
 )
 
 // LoadFastpath returns the embedded CollectionSpec for Fastpath.
@@ -292,6 +311,7 @@ type FastpathSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastpathProgramSpecs struct {
+	NovaedgeClock    *ebpf.ProgramSpec `ebpf:"novaedge_clock"`
 	NovaedgeFastpath *ebpf.ProgramSpec `ebpf:"novaedge_fastpath"`
 }
 
@@ -303,8 +323,10 @@ type FastpathMapSpecs struct {
 	FpBackends     *ebpf.MapSpec `ebpf:"fp_backends"`
 	FpConfig       *ebpf.MapSpec `ebpf:"fp_config"`
 	FpConntrack    *ebpf.MapSpec `ebpf:"fp_conntrack"`
-	FpConntrack4   *ebpf.MapSpec `ebpf:"fp_conntrack4"`
 	FpCounters     *ebpf.MapSpec `ebpf:"fp_counters"`
+	FpCt4Tcp       *ebpf.MapSpec `ebpf:"fp_ct4_tcp"`
+	FpCt4Udp       *ebpf.MapSpec `ebpf:"fp_ct4_udp"`
+	FpFlowCache    *ebpf.MapSpec `ebpf:"fp_flow_cache"`
 	FpMaglev       *ebpf.MapSpec `ebpf:"fp_maglev"`
 	FpNat          *ebpf.MapSpec `ebpf:"fp_nat"`
 	FpNexthops     *ebpf.MapSpec `ebpf:"fp_nexthops"`
@@ -322,10 +344,13 @@ type FastpathVariableSpecs struct {
 	BenchFlowSeq   *ebpf.VariableSpec `ebpf:"bench_flow_seq"`
 	BenchFlows     *ebpf.VariableSpec `ebpf:"bench_flows"`
 	BenchMissPath  *ebpf.VariableSpec `ebpf:"bench_miss_path"`
+	FlowCacheBits  *ebpf.VariableSpec `ebpf:"flow_cache_bits"`
 	FpEnumsBtf     *ebpf.VariableSpec `ebpf:"fp_enums_btf"`
 	MaglevModMagic *ebpf.VariableSpec `ebpf:"maglev_mod_magic"`
 	MaglevModShift *ebpf.VariableSpec `ebpf:"maglev_mod_shift"`
 	MaglevSize     *ebpf.VariableSpec `ebpf:"maglev_size"`
+	TickNs         *ebpf.VariableSpec `ebpf:"tick_ns"`
+	TickOffsetNs   *ebpf.VariableSpec `ebpf:"tick_offset_ns"`
 }
 
 // FastpathObjects contains all objects after they have been loaded into the kernel.
@@ -352,8 +377,10 @@ type FastpathMaps struct {
 	FpBackends     *ebpf.Map `ebpf:"fp_backends"`
 	FpConfig       *ebpf.Map `ebpf:"fp_config"`
 	FpConntrack    *ebpf.Map `ebpf:"fp_conntrack"`
-	FpConntrack4   *ebpf.Map `ebpf:"fp_conntrack4"`
 	FpCounters     *ebpf.Map `ebpf:"fp_counters"`
+	FpCt4Tcp       *ebpf.Map `ebpf:"fp_ct4_tcp"`
+	FpCt4Udp       *ebpf.Map `ebpf:"fp_ct4_udp"`
+	FpFlowCache    *ebpf.Map `ebpf:"fp_flow_cache"`
 	FpMaglev       *ebpf.Map `ebpf:"fp_maglev"`
 	FpNat          *ebpf.Map `ebpf:"fp_nat"`
 	FpNexthops     *ebpf.Map `ebpf:"fp_nexthops"`
@@ -370,8 +397,10 @@ func (m *FastpathMaps) Close() error {
 		m.FpBackends,
 		m.FpConfig,
 		m.FpConntrack,
-		m.FpConntrack4,
 		m.FpCounters,
+		m.FpCt4Tcp,
+		m.FpCt4Udp,
+		m.FpFlowCache,
 		m.FpMaglev,
 		m.FpNat,
 		m.FpNexthops,
@@ -390,21 +419,26 @@ type FastpathVariables struct {
 	BenchFlowSeq   *ebpf.Variable `ebpf:"bench_flow_seq"`
 	BenchFlows     *ebpf.Variable `ebpf:"bench_flows"`
 	BenchMissPath  *ebpf.Variable `ebpf:"bench_miss_path"`
+	FlowCacheBits  *ebpf.Variable `ebpf:"flow_cache_bits"`
 	FpEnumsBtf     *ebpf.Variable `ebpf:"fp_enums_btf"`
 	MaglevModMagic *ebpf.Variable `ebpf:"maglev_mod_magic"`
 	MaglevModShift *ebpf.Variable `ebpf:"maglev_mod_shift"`
 	MaglevSize     *ebpf.Variable `ebpf:"maglev_size"`
+	TickNs         *ebpf.Variable `ebpf:"tick_ns"`
+	TickOffsetNs   *ebpf.Variable `ebpf:"tick_offset_ns"`
 }
 
 // FastpathPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastpathPrograms struct {
+	NovaedgeClock    *ebpf.Program `ebpf:"novaedge_clock"`
 	NovaedgeFastpath *ebpf.Program `ebpf:"novaedge_fastpath"`
 }
 
 func (p *FastpathPrograms) Close() error {
 	return _FastpathClose(
+		p.NovaedgeClock,
 		p.NovaedgeFastpath,
 	)
 }
