@@ -80,7 +80,7 @@ func measureClock() (tickClock, error) {
 	if err != nil {
 		return tickClock{}, fmt.Errorf("load %s: %w", fastpathbpf.FastpathProgNovaedgeClock, err)
 	}
-	defer prog.Close()
+	defer func() { _ = prog.Close() }()
 	in, out := make([]byte, 64), make([]byte, 64)
 	read := func() (clockSample, error) {
 		ret, err := prog.Run(&ebpf.RunOptions{Data: in, DataOut: out})
