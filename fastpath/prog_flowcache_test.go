@@ -171,19 +171,7 @@ func TestProgFlowCache(t *testing.T) {
 			ct := e.mustCT(ack)
 			ct.BackendId = other
 			e.setCTBehind(keyOfPkt(ack), ct)
-			var per []fpbpf.FastpathFlowCacheEntry
-			slot := flowCacheSlot(keyOfPkt(ack), e.objs.FlowCacheBits)
-			if err := e.objs.FpFlowCache.Lookup(slot, &per); err != nil {
-				t.Fatal(err)
-			}
-			for i := range per {
-				if per[i].ValidUntil != 0 {
-					per[i].ValidUntil = 1
-				}
-			}
-			if err := e.objs.FpFlowCache.Put(slot, per); err != nil {
-				t.Fatal(err)
-			}
+			e.expireFlowCopies(t, keyOfPkt(ack))
 			wantEqual(t, "backend", sentTo(t, e, ack), addrOf[other])
 			if c, ok := e.flowCopy(keyOfPkt(ack)); !ok || c.BackendId != other {
 				t.Fatalf("copy %+v (found %v), want one to backend %d", c, ok, other)
@@ -233,19 +221,7 @@ func TestProgFlowCache(t *testing.T) {
 			t.Fatal("the second flow took a valid copy's slot")
 		}
 		// Once the copy has expired, the slot goes to the next flow hit.
-		var per []fpbpf.FastpathFlowCacheEntry
-		slot := flowCacheSlot(keyOfPkt(a), e.objs.FlowCacheBits)
-		if err := e.objs.FpFlowCache.Lookup(slot, &per); err != nil {
-			t.Fatal(err)
-		}
-		for i := range per {
-			if per[i].ValidUntil != 0 {
-				per[i].ValidUntil = 1
-			}
-		}
-		if err := e.objs.FpFlowCache.Put(slot, per); err != nil {
-			t.Fatal(err)
-		}
+		e.expireFlowCopies(t, keyOfPkt(a))
 		e.send(b, xdpTX)
 		if _, ok := e.flowCopy(keyOfPkt(b)); !ok {
 			t.Fatal("the second flow got no copy in an expired copy's slot")
@@ -262,4 +238,23 @@ func TestProgFlowCache(t *testing.T) {
 			t.Fatal("a flow was copied with the VIP copies off")
 		}
 	})
+}
+
+// expireFlowCopies makes the copies in k's flow cache slot, on every CPU,
+// past their validity (as if the entry's refresh were due).
+func (e *progEnv) expireFlowCopies(t *testing.T, k fpbpf.FastpathFlowKey) {
+	t.Helper()
+	var per []fpbpf.FastpathFlowCacheEntry
+	slot := flowCacheSlot(k, e.objs.FlowCacheBits)
+	if err := e.objs.FpFlowCache.Lookup(slot, &per); err != nil {
+		t.Fatal(err)
+	}
+	for i := range per {
+		if per[i].ValidUntil != 0 {
+			per[i].ValidUntil = 1
+		}
+	}
+	if err := e.objs.FpFlowCache.Put(slot, per); err != nil {
+		t.Fatal(err)
+	}
 }
