@@ -120,7 +120,7 @@ func (c *conn) serveOne() error {
 	} else if !first {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	if !first && s.draining.Load() {
+	if !first && s.draining.Load() && c.br.Buffered() == 0 {
 		// Shutdown may have woken this idle connection just before the
 		// deadline above replaced its wake-up.
 		return net.ErrClosed
@@ -131,11 +131,11 @@ func (c *conn) serveOne() error {
 	if err := c.skipEmptyLines(); err != nil {
 		return err
 	}
-	if c.state.Swap(stateActive) == stateIdle && s.draining.Load() {
-		// Woken to close, or a request raced the drain: a client retries
-		// a request on a keep-alive connection that closes unanswered.
-		return net.ErrClosed
-	}
+	// A request that arrived on an idle connection is answered even when
+	// the server drains (with "Connection: close"): its bytes are here,
+	// and a client could not tell whether a closed connection had seen
+	// them. Only a connection that waits for nothing is closed at once.
+	c.state.Store(stateActive)
 	if first && s.Handoff != nil && !c.speaksHTTP1() {
 		c.release2Handoff()
 		return errHandoff
