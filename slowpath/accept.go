@@ -39,31 +39,33 @@ func (p *Proxy) accept(ln net.Listener, key sockets.Key, h1s *h1.Server, feed *c
 			// The listener is being removed.
 			_ = c.Close()
 		case l.tls != nil:
-			go p.handshake(tls.Server(c, l.tls), h1s, feed)
+			cfg := l.tls
+			h1s.Go(c, func(c net.Conn) net.Conn { return p.handshake(tls.Server(c, cfg), feed) })
 		default:
-			go h1s.ServeConn(c)
+			h1s.Go(c, nil)
 		}
 	}
 }
 
 // handshake completes a TLS handshake (within the read-header timeout)
-// and serves the connection by the protocol ALPN chose: HTTP/2 by
-// net/http's server, HTTP/1.x by the own.
-func (p *Proxy) handshake(tc *tls.Conn, h1s *h1.Server, feed *connFeed) {
+// and returns the connection for the own HTTP/1.x server, or nil when
+// ALPN chose HTTP/2 (it goes to net/http's server through feed) or the
+// handshake failed (it is closed).
+func (p *Proxy) handshake(tc *tls.Conn, feed *connFeed) net.Conn {
 	if d := p.opts.ReadHeaderTimeout; d > 0 {
 		_ = tc.SetDeadline(time.Now().Add(d))
 	}
 	if err := tc.Handshake(); err != nil {
 		p.httpLog.Printf("TLS handshake error from %s: %v", tc.RemoteAddr(), err)
 		_ = tc.Close()
-		return
+		return nil
 	}
 	_ = tc.SetDeadline(time.Time{})
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
 		feed.push(tc)
-		return
+		return nil
 	}
-	h1s.ServeConn(tc)
+	return tc
 }
 
 // connFeed is the listener net/http's server accepts from: connections

@@ -21,7 +21,10 @@ import (
 
 // conn is one client connection and the request state it reuses.
 type conn struct {
-	s      *Server
+	s *Server
+	// raw is the accepted connection, which Close closes; nc is what is
+	// served (raw, or TLS over it), set by init.
+	raw    net.Conn
 	nc     net.Conn
 	br     *bufio.Reader
 	bw     *bufio.Writer
@@ -43,11 +46,18 @@ type conn struct {
 	body *body
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc}
+func newConn(s *Server, raw net.Conn) *conn {
+	c := &conn{s: s, raw: raw}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	c.cancel = cancel
 	c.ctx = context.WithValue(ctx, cancelerKey{}, c)
+	return c
+}
+
+// init readies the connection to serve nc: raw itself, or a TLS
+// connection over it whose handshake is done.
+func (c *conn) init(nc net.Conn) {
+	c.nc = nc
 	c.tmpl = (&http.Request{}).WithContext(c.ctx)
 	if tc, ok := nc.(*tls.Conn); ok {
 		// Handshaken already: the state is final.
@@ -62,7 +72,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.hdr = make(http.Header, 8)
 	c.w.c = c
 	c.w.hdr = make(http.Header, 8)
-	return c
 }
 
 // release gives the buffers back; the connection is no longer read or
@@ -243,7 +252,7 @@ func (c *conn) release2Handoff() {
 	c.br = nil
 	c.release()
 	c.cancel(nil)
-	c.s.track(c, false)
+	c.s.remove(c)
 	_ = c.nc.SetReadDeadline(time.Time{})
 	c.s.Handoff(&replayConn{Conn: c.nc, r: br})
 }

@@ -359,7 +359,7 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	c.hijacked = true
 	c.state.Store(stateActive)
-	c.s.track(c, false)
+	c.s.remove(c)
 	_ = c.nc.SetDeadline(time.Time{})
 	if b := c.body; b != nil && b.mu.TryLock() {
 		// The read buffer is the hijacker's now: a body read would read

@@ -74,38 +74,69 @@ const (
 
 // ServeConn serves nc until it closes, fails or is hijacked, and closes
 // it (unless hijacked or handed off). A *tls.Conn must have completed its
-// handshake. It returns at once, closing nc, when
-// the server is shutting down.
+// handshake. It returns at once, closing nc, when the server is shutting
+// down.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := newConn(s, nc)
-	if !s.track(c, true) {
+	if !s.add(c, false) {
 		_ = nc.Close()
-		c.release()
 		return
 	}
+	c.init(nc)
 	c.serve()
-	s.track(c, false)
+	s.remove(c)
 }
 
-func (s *Server) track(c *conn, add bool) bool {
+// Go serves nc, just accepted, in a goroutine of its own. The connection
+// is the server's from this call on: a Shutdown that starts after Go
+// returns waits for it and answers its first request (with "Connection:
+// close") rather than closing it unanswered, so an accept loop that ends
+// before Shutdown loses no connection. prepare, if not nil, runs first in
+// that goroutine (a TLS handshake, say) and returns the connection to
+// serve, or nil when the connection is not this server's to serve (it
+// failed, and prepare closed it, or went elsewhere).
+func (s *Server) Go(nc net.Conn, prepare func(net.Conn) net.Conn) {
+	c := newConn(s, nc)
+	s.add(c, true)
+	go func() {
+		defer s.remove(c)
+		sc := nc
+		if prepare != nil {
+			if sc = prepare(nc); sc == nil {
+				c.cancel(nil)
+				return
+			}
+		}
+		c.init(sc)
+		c.serve()
+	}()
+}
+
+// add makes c one of the server's connections. While draining it fails,
+// unless evenDraining (see Go).
+func (s *Server) add(c *conn, evenDraining bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if add {
-		if s.draining.Load() {
-			return false
-		}
-		if s.conns == nil {
-			s.conns = map[*conn]struct{}{}
-		}
-		s.conns[c] = struct{}{}
-		return true
+	if s.draining.Load() && !evenDraining {
+		return false
 	}
+	if s.conns == nil {
+		s.conns = map[*conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+// remove forgets c (closed, hijacked or handed off); the last one to go
+// ends a Shutdown.
+func (s *Server) remove(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.conns, c)
 	if s.draining.Load() && len(s.conns) == 0 && s.done != nil {
 		close(s.done)
 		s.done = nil
 	}
-	return true
 }
 
 // Shutdown drains: every connection closes after the response it is
@@ -149,8 +180,9 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	for _, c := range conns {
 		// Closed first: a handler that returns when its context ends
-		// must find no connection to answer on.
-		_ = c.nc.Close()
+		// must find no connection to answer on. The accepted connection
+		// is closed: one still in its TLS handshake has no other yet.
+		_ = c.raw.Close()
 		c.cancel(nil)
 	}
 	return nil

@@ -489,3 +489,53 @@ func TestHijackBody(t *testing.T) {
 		t.Fatal(s)
 	}
 }
+
+// TestGoBeforeShutdown: a connection handed to Go before Shutdown began
+// (accepted just before the listener closed) is waited for, and its first
+// request is answered with "Connection: close" even when it arrives after
+// Shutdown began, also when the connection was still being prepared
+// (a TLS handshake, say) at that moment.
+func TestGoBeforeShutdown(t *testing.T) {
+	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "late but served") }),
+		Log: slog.New(slog.DiscardHandler)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close(); _ = srv.Close() })
+	cl := dial(t, ln.Addr().String())
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close()
+	prepared := make(chan struct{})
+	srv.Go(nc, func(c net.Conn) net.Conn { <-prepared; return c })
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+		defer cancel()
+		done <- srv.Shutdown(ctx)
+	}()
+	// Shutdown has begun (or is about to): it must not end while the
+	// connection is the server's.
+	for !srv.draining.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) before the connection was served", err)
+	default:
+	}
+	close(prepared)
+	cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	resp, body := cl.response("GET")
+	if body != "late but served" || !resp.Close {
+		t.Fatalf("got %q close=%v, want the answer with Connection: close", body, resp.Close)
+	}
+	cl.expectEOF()
+	if err := recv(t, done); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
