@@ -42,16 +42,7 @@ func (x *exchange) serveDirect(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = x.modifyResponse(resp)
 	dst := w.Header()
-	for k, vs := range resp.Header {
-		if !hopByHop(k) {
-			dst[k] = vs
-		}
-	}
-	for _, t := range resp.Header["Connection"] {
-		for f := range strings.SplitSeq(t, ",") {
-			delete(dst, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
-		}
-	}
+	addEndToEnd(dst, resp.Header)
 	announced := len(resp.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)
@@ -142,6 +133,13 @@ func copyEndToEnd(dst, src http.Header) http.Header {
 	} else {
 		clear(dst)
 	}
+	addEndToEnd(dst, src)
+	return dst
+}
+
+// addEndToEnd adds to dst the fields of src that are end-to-end, and
+// removes from dst those src's Connection names.
+func addEndToEnd(dst, src http.Header) {
 	for k, vs := range src {
 		if !hopByHop(k) {
 			dst[k] = vs
@@ -152,7 +150,6 @@ func copyEndToEnd(dst, src http.Header) http.Header {
 			delete(dst, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
 		}
 	}
-	return dst
 }
 
 // hopByHop: the fields RFC 9110 §7.6.1 says a proxy must not forward

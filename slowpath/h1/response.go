@@ -18,9 +18,7 @@ import (
 const holdBack = 4096
 
 var (
-	errFinished     = errors.New("http: response used after its handler returned")
-	errBodyTooLong  = http.ErrContentLength
-	errBodyNotAllow = http.ErrBodyNotAllowed
+	errFinished = errors.New("http: response used after its handler returned")
 )
 
 // response is the http.ResponseWriter of a connection's current request.
@@ -127,10 +125,10 @@ func (w *response) Write(p []byte) (int, error) {
 			w.written += int64(len(p))
 			return len(p), nil
 		}
-		return 0, errBodyNotAllow
+		return 0, http.ErrBodyNotAllowed
 	}
 	if w.clen >= 0 && w.written+int64(len(p)) > w.clen {
-		return 0, errBodyTooLong
+		return 0, http.ErrContentLength
 	}
 	w.written += int64(len(p))
 	if !w.headSent {
@@ -322,7 +320,7 @@ func (w *response) finish() error {
 	if w.clen >= 0 && w.written < w.clen && !w.noBody {
 		// The handler wrote less than it declared: the client cannot find
 		// the next response.
-		return errBodyTooLong
+		return http.ErrContentLength
 	}
 	return nil
 }

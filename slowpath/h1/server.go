@@ -205,29 +205,23 @@ var (
 // errHandoff ends the loop of a connection given to Server.Handoff.
 var errHandoff = errors.New("connection handed off")
 
-// dateCache is the Date header's value, made at most once a second.
-var dateCache struct {
-	mu   sync.Mutex
+// dateLine is the Date header line of the current second, remade at most
+// once a second (two requests that race to remake it make the same line).
+var dateLine atomic.Pointer[dateEntry]
+
+type dateEntry struct {
 	sec  int64
-	val  atomic.Pointer[[]byte]
-	last atomic.Int64
+	line []byte
 }
 
 // appendDate appends "Date: <now>\r\n".
 func appendDate(b []byte, now time.Time) []byte {
 	sec := now.Unix()
-	if dateCache.last.Load() != sec {
-		dateCache.mu.Lock()
-		if dateCache.sec != sec {
-			v := make([]byte, 0, 40)
-			v = append(v, "Date: "...)
-			v = now.UTC().AppendFormat(v, http.TimeFormat)
-			v = append(v, "\r\n"...)
-			dateCache.sec = sec
-			dateCache.val.Store(&v)
-			dateCache.last.Store(sec)
-		}
-		dateCache.mu.Unlock()
+	d := dateLine.Load()
+	if d == nil || d.sec != sec {
+		line := append([]byte("Date: "), now.UTC().AppendFormat(nil, http.TimeFormat)...)
+		d = &dateEntry{sec: sec, line: append(line, "\r\n"...)}
+		dateLine.Store(d)
 	}
-	return append(b, *dateCache.val.Load()...)
+	return append(b, d.line...)
 }
