@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -53,7 +54,7 @@ func Serve(ctx context.Context, cfg *rest.Config, o ServeOptions) error {
 	if len(names) == 0 {
 		names = DefaultServerNames(o.Namespace)
 	}
-	bundle, err := pki.Ensure(ctx, direct, o.Namespace, names)
+	bundle, err := pki.Ensure(ctx, secrets{direct}, o.Namespace, names)
 	if err != nil {
 		return fmt.Errorf("mTLS material: %w", err)
 	}
@@ -127,4 +128,19 @@ func DefaultServerNames(ns string) []string {
 		"novaedge-controller." + ns + ".svc",
 		"novaedge-controller." + ns + ".svc.cluster.local",
 	}
+}
+
+// secrets gives pki.Ensure the Secrets of a controller-runtime client.
+type secrets struct{ c client.Client }
+
+func (s secrets) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	var out corev1.Secret
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (s secrets) Create(ctx context.Context, secret *corev1.Secret) error {
+	return s.c.Create(ctx, secret)
 }

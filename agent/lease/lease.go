@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
 
@@ -52,8 +51,8 @@ func Fresh(l *coordinationv1.Lease, now time.Time) bool {
 
 // Options configure a Renewer.
 type Options struct {
-	// Client reaches the API server. Required.
-	Client kubernetes.Interface
+	// Client reaches the API server (NewClient). Required.
+	Client Client
 	// Namespace holds the Lease (the agent's own namespace). Required.
 	Namespace string
 	// Node is the node the agent runs on. Required.
@@ -125,7 +124,7 @@ func Healthy(l *coordinationv1.Lease) bool {
 
 // Renewer creates and renews one agent Lease.
 type Renewer struct {
-	client    kubernetes.Interface
+	client    Client
 	namespace string
 	name      string
 	identity  string
@@ -263,11 +262,10 @@ func (r *Renewer) renewOnce(ctx context.Context) {
 // it has one, and otherwise (first run, or someone else changed or deleted
 // the Lease) reads it first, creating or taking it over as needed.
 func (r *Renewer) renew(ctx context.Context, now time.Time) error {
-	leases := r.client.CoordinationV1().Leases(r.namespace)
 	if r.lease != nil {
 		l := r.lease.DeepCopy()
 		r.stamp(l, now)
-		updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		updated, err := r.client.Update(ctx, l)
 		if err == nil {
 			r.lease = updated
 			return nil
@@ -278,11 +276,11 @@ func (r *Renewer) renew(ctx context.Context, now time.Time) error {
 		}
 	}
 
-	current, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+	current, err := r.client.Get(ctx, r.namespace, r.name)
 	if apierrors.IsNotFound(err) {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: r.namespace}}
 		r.stamp(l, now)
-		created, err := leases.Create(ctx, l, metav1.CreateOptions{})
+		created, err := r.client.Create(ctx, l)
 		if err != nil {
 			return fmt.Errorf("create lease: %w", err)
 		}
@@ -298,7 +296,7 @@ func (r *Renewer) renew(ctx context.Context, now time.Time) error {
 		previous = *l.Spec.HolderIdentity
 	}
 	r.stamp(l, now)
-	updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	updated, err := r.client.Update(ctx, l)
 	if err != nil {
 		return fmt.Errorf("update lease: %w", err)
 	}

@@ -98,15 +98,15 @@ func TestNewOptions(t *testing.T) {
 		wantSeconds  int32
 		wantInterval time.Duration
 	}{
-		{"defaults", Options{Client: cs, Namespace: "ns", Node: "n1"}, "", 10, 10 * time.Second / 3},
-		{"explicit", Options{Client: cs, Namespace: "ns", Node: "n1", Duration: 30 * time.Second, RenewInterval: 5 * time.Second}, "", 30, 5 * time.Second},
+		{"defaults", Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "n1"}, "", 10, 10 * time.Second / 3},
+		{"explicit", Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "n1", Duration: 30 * time.Second, RenewInterval: 5 * time.Second}, "", 30, 5 * time.Second},
 		{"no client", Options{Namespace: "ns", Node: "n1"}, "client is nil", 0, 0},
-		{"no namespace", Options{Client: cs, Node: "n1"}, "namespace is empty", 0, 0},
-		{"bad namespace", Options{Client: cs, Namespace: "Bad_NS", Node: "n1"}, `namespace "Bad_NS"`, 0, 0},
-		{"no node", Options{Client: cs, Namespace: "ns"}, "node name is empty", 0, 0},
-		{"bad node", Options{Client: cs, Namespace: "ns", Node: "Node_1"}, `node "Node_1"`, 0, 0},
-		{"fractional duration", Options{Client: cs, Namespace: "ns", Node: "n1", Duration: 1500 * time.Millisecond}, "duration 1.5s", 0, 0},
-		{"interval not shorter", Options{Client: cs, Namespace: "ns", Node: "n1", Duration: 5 * time.Second, RenewInterval: 5 * time.Second}, "renew interval 5s", 0, 0},
+		{"no namespace", Options{Client: fakeLeases{cs}, Node: "n1"}, "namespace is empty", 0, 0},
+		{"bad namespace", Options{Client: fakeLeases{cs}, Namespace: "Bad_NS", Node: "n1"}, `namespace "Bad_NS"`, 0, 0},
+		{"no node", Options{Client: fakeLeases{cs}, Namespace: "ns"}, "node name is empty", 0, 0},
+		{"bad node", Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "Node_1"}, `node "Node_1"`, 0, 0},
+		{"fractional duration", Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "n1", Duration: 1500 * time.Millisecond}, "duration 1.5s", 0, 0},
+		{"interval not shorter", Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "n1", Duration: 5 * time.Second, RenewInterval: 5 * time.Second}, "renew interval 5s", 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,8 +128,8 @@ func TestNewOptions(t *testing.T) {
 			}
 		})
 	}
-	a, _ := New(Options{Client: cs, Namespace: "ns", Node: "n1"})
-	b, _ := New(Options{Client: cs, Namespace: "ns", Node: "n1"})
+	a, _ := New(Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "n1"})
+	b, _ := New(Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "n1"})
 	if a.Identity() == b.Identity() {
 		t.Errorf("two Renewers share the identity %q; each process must have its own", a.Identity())
 	}
@@ -185,7 +185,7 @@ func TestRenewerCreatesAndRenews(t *testing.T) {
 	env := kubeenv.Get(t)
 	ns := env.Namespace(t, "lease")
 	clk := clocktesting.NewFakeClock(t0)
-	r, err := New(Options{Client: env.Clientset, Namespace: ns, Node: "worker-1", Clock: clk, RenewInterval: 3 * time.Second})
+	r, err := New(Options{Client: newClient(t, env), Namespace: ns, Node: "worker-1", Clock: clk, RenewInterval: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRenewerTakesOverPreviousLease(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	clk := clocktesting.NewFakeClock(t0)
-	r, err := New(Options{Client: env.Clientset, Namespace: ns, Node: "worker-2", Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	r, err := New(Options{Client: newClient(t, env), Namespace: ns, Node: "worker-2", Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestRenewerRecoversFromOutsideChanges(t *testing.T) {
 	ns := env.Namespace(t, "lease")
 	leases := env.Clientset.CoordinationV1().Leases(ns)
 	clk := clocktesting.NewFakeClock(t0)
-	r, err := New(Options{Client: env.Clientset, Namespace: ns, Node: "worker-3", Clock: clk, RenewInterval: time.Second})
+	r, err := New(Options{Client: newClient(t, env), Namespace: ns, Node: "worker-3", Clock: clk, RenewInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestRenewerLogsOncePerFailureStreak(t *testing.T) {
 	})
 	var logs bytes.Buffer
 	clk := clocktesting.NewFakeClock(t0)
-	r, err := New(Options{Client: cs, Namespace: "ns", Node: "worker-4", Clock: clk, RenewInterval: time.Second,
+	r, err := New(Options{Client: fakeLeases{cs}, Namespace: "ns", Node: "worker-4", Clock: clk, RenewInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestRenewerReports(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	var mu sync.Mutex
 	rep := Report{Healthy: false, Reason: "no configuration in service"}
-	r, err := New(Options{Client: env.Clientset, Namespace: ns, Node: "worker-1", Clock: clk, RenewInterval: 3 * time.Second,
+	r, err := New(Options{Client: newClient(t, env), Namespace: ns, Node: "worker-1", Clock: clk, RenewInterval: 3 * time.Second,
 		Report: func() Report { mu.Lock(); defer mu.Unlock(); return rep }})
 	if err != nil {
 		t.Fatal(err)
@@ -396,4 +396,30 @@ func TestRenewerReports(t *testing.T) {
 	if !Healthy(&coordinationv1.Lease{}) || Healthy(nil) {
 		t.Error("Healthy: a Lease without the annotation is healthy, no Lease is not")
 	}
+}
+
+// newClient is the agent's REST client for env's API server.
+func newClient(t *testing.T, env *kubeenv.Env) Client {
+	t.Helper()
+	c, err := NewClient(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fakeLeases is a Client over client-go's fake clientset, for tests that
+// inject API failures with reactors.
+type fakeLeases struct{ cs kubernetes.Interface }
+
+func (f fakeLeases) Get(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error) {
+	return f.cs.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (f fakeLeases) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return f.cs.CoordinationV1().Leases(l.Namespace).Create(ctx, l, metav1.CreateOptions{})
+}
+
+func (f fakeLeases) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return f.cs.CoordinationV1().Leases(l.Namespace).Update(ctx, l, metav1.UpdateOptions{})
 }

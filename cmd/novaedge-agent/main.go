@@ -25,7 +25,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/novaedge/novaedge/agent"
@@ -577,7 +576,7 @@ func (f *flags) leaseRenewer(node string, log *slog.Logger, report func() lease.
 		return nil, fmt.Errorf("the agent's Lease needs the Kubernetes API (--kubeconfig, $KUBECONFIG or the pod's service account; --node-lease=false to run without): %w", err)
 	}
 	cfg.UserAgent = "novaedge-agent/" + version
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := lease.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

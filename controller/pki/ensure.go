@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Names of the Secrets Ensure manages, in the controller's namespace.
@@ -26,6 +25,19 @@ const (
 	caCommonName = "novaedge-ca"
 )
 
+// Secrets is what Ensure needs of the API server. It is an interface of its
+// own, not controller-runtime's client, because the agent links this package
+// for ClientTLSConfig and that client would bring every built-in API group's
+// generated code into the agent's binary.
+type Secrets interface {
+	// Get returns the Secret, or an error for which apierrors.IsNotFound
+	// holds when it does not exist.
+	Get(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	// Create creates s; an error for which apierrors.IsAlreadyExists holds
+	// means another writer was first.
+	Create(ctx context.Context, s *corev1.Secret) error
+}
+
 // Ensure makes sure the three Secrets exist in namespace and fit together,
 // and returns the controller's server Bundle.
 //
@@ -38,7 +50,7 @@ const (
 // chaining to novaedge-ca when that Secret exists. Errors name the Secret and
 // key at fault. When another replica creates a Secret first, its Secret is
 // read and used.
-func Ensure(ctx context.Context, c client.Client, namespace string, serverDNSNames []string) (Bundle, error) {
+func Ensure(ctx context.Context, c Secrets, namespace string, serverDNSNames []string) (Bundle, error) {
 	if namespace == "" {
 		return Bundle{}, errors.New("ensure tls secrets: namespace is empty")
 	}
@@ -172,21 +184,20 @@ func tlsData(caCert, cert, key []byte) map[string][]byte {
 
 type ensurer struct {
 	ctx context.Context
-	c   client.Client
+	c   Secrets
 	ns  string
 }
 
 // get returns the Secret, or nil when it does not exist.
 func (e *ensurer) get(name string) (*corev1.Secret, error) {
-	var s corev1.Secret
-	err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &s)
+	s, err := e.c.Get(e.ctx, e.ns, name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get secret %s/%s: %w", e.ns, name, err)
 	}
-	return &s, nil
+	return s, nil
 }
 
 // create creates the Secret or, when another replica was first, returns

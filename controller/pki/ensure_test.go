@@ -44,7 +44,7 @@ func TestEnsureCreatesOnceAndReuses(t *testing.T) {
 	env := kubeenv.Get(t)
 	ns := env.Namespace(t, "pki")
 
-	first, err := Ensure(testCtx(t), env.Client, ns, dnsNames(ns))
+	first, err := Ensure(testCtx(t), crSecrets{env.Client}, ns, dnsNames(ns))
 	if err != nil {
 		t.Fatalf("first Ensure: %v", err)
 	}
@@ -79,7 +79,7 @@ func TestEnsureCreatesOnceAndReuses(t *testing.T) {
 		t.Errorf("agent certificate CN %q, want %q", got, AgentCommonName)
 	}
 
-	second, err := Ensure(testCtx(t), env.Client, ns, dnsNames(ns))
+	second, err := Ensure(testCtx(t), crSecrets{env.Client}, ns, dnsNames(ns))
 	if err != nil {
 		t.Fatalf("second Ensure: %v", err)
 	}
@@ -117,11 +117,11 @@ func TestEnsureLosesCreateRace(t *testing.T) {
 	c := interceptor.NewClient(raw, interceptor.Funcs{
 		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			creates++
-			once.Do(func() { winner, winnerErr = Ensure(ctx, raw, ns, dnsNames(ns)) })
+			once.Do(func() { winner, winnerErr = Ensure(ctx, crSecrets{raw}, ns, dnsNames(ns)) })
 			return cl.Create(ctx, obj, opts...)
 		},
 	})
-	got, err := Ensure(testCtx(t), c, ns, dnsNames(ns))
+	got, err := Ensure(testCtx(t), crSecrets{c}, ns, dnsNames(ns))
 	if winnerErr != nil {
 		t.Fatalf("the other replica's Ensure: %v", winnerErr)
 	}
@@ -143,7 +143,7 @@ func TestEnsureConcurrent(t *testing.T) {
 	results := make([]Bundle, 4)
 	errs := make([]error, len(results))
 	for i := range results {
-		wg.Go(func() { results[i], errs[i] = Ensure(testCtx(t), env.Client, ns, dnsNames(ns)) })
+		wg.Go(func() { results[i], errs[i] = Ensure(testCtx(t), crSecrets{env.Client}, ns, dnsNames(ns)) })
 	}
 	wg.Wait()
 	for i := range results {
@@ -203,12 +203,12 @@ func TestEnsureRejectsBadSecrets(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := env.Namespace(t, "pki-bad")
 			if tt.makeValid {
-				if _, err := Ensure(testCtx(t), env.Client, ns, dnsNames(ns)); err != nil {
+				if _, err := Ensure(testCtx(t), crSecrets{env.Client}, ns, dnsNames(ns)); err != nil {
 					t.Fatalf("Ensure on a fresh namespace: %v", err)
 				}
 			}
 			tt.prepare(t, ns)
-			_, err := Ensure(testCtx(t), env.Client, ns, dnsNames(ns))
+			_, err := Ensure(testCtx(t), crSecrets{env.Client}, ns, dnsNames(ns))
 			if err == nil {
 				t.Fatal("Ensure accepted the broken Secrets")
 			}
@@ -233,7 +233,7 @@ func TestEnsureAcceptsLeavesWithoutCA(t *testing.T) {
 	create(t, env.Client, ns, ServerSecretName, corev1.SecretTypeTLS, tlsData(ca.caCert, srv.cert, srv.key))
 	create(t, env.Client, ns, AgentSecretName, corev1.SecretTypeTLS, tlsData(ca.caCert, agent.cert, agent.key))
 
-	b, err := Ensure(testCtx(t), env.Client, ns, dnsNames(ns))
+	b, err := Ensure(testCtx(t), crSecrets{env.Client}, ns, dnsNames(ns))
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
@@ -261,4 +261,20 @@ func create(t *testing.T, c client.Client, ns, name string, typ corev1.SecretTyp
 	if err := c.Create(testCtx(t), s); err != nil {
 		t.Fatalf("create secret %s: %v", name, err)
 	}
+}
+
+// crSecrets gives Ensure the Secrets of a controller-runtime client, as the
+// controller does.
+type crSecrets struct{ c client.Client }
+
+func (s crSecrets) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	var out corev1.Secret
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (s crSecrets) Create(ctx context.Context, secret *corev1.Secret) error {
+	return s.c.Create(ctx, secret)
 }

@@ -438,7 +438,12 @@ func (c *propCluster) startAgent(ctx context.Context, node, addr string, tlsCfg 
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("agent %s: %w", node, err)
 	}
-	renewer, err := lease.New(lease.Options{Client: c.env.Clientset, Namespace: c.ctlNS, Node: node, Logger: log})
+	leases, err := lease.NewClient(c.env.Config)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("agent %s lease client: %w", node, err)
+	}
+	renewer, err := lease.New(lease.Options{Client: leases, Namespace: c.ctlNS, Node: node, Logger: log})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("agent %s lease: %w", node, err)

@@ -21,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,10 +43,10 @@ type cluster struct {
 	env *kubeenv.Env
 	ns  string
 	ctx context.Context
-	// controllerConfig and agentClient, when set, are what controllers and
+	// controllerConfig and agentConfig, when set, are what controllers and
 	// agents' Lease renewers use instead of the administrator's access.
 	controllerConfig *rest.Config
-	agentClient      kubernetes.Interface
+	agentConfig      *rest.Config
 	// replicas are the controllers started, whose logs a timeout shows.
 	mu       sync.Mutex
 	replicas []*replica
@@ -293,9 +292,13 @@ func (c *cluster) startAgent(name string, r *replica, stateDir string, appliers 
 		}
 		return rep
 	}
-	leaseClient := c.env.Clientset
-	if c.agentClient != nil {
-		leaseClient = c.agentClient
+	leaseConfig := c.env.Config
+	if c.agentConfig != nil {
+		leaseConfig = c.agentConfig
+	}
+	leaseClient, err := lease.NewClient(leaseConfig)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	renewer, err := lease.New(lease.Options{Client: leaseClient, Namespace: c.ns, Node: name, Duration: 2 * time.Second, Logger: log, Report: report})
 	if err != nil {

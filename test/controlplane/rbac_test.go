@@ -13,7 +13,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/novaedge/novaedge/controller"
@@ -70,11 +69,7 @@ func TestControllerWithChartRBAC(t *testing.T) {
 		return cfg
 	}
 	c.controllerConfig = as("novaedge-controller")
-	agentClient, err := kubernetes.NewForConfig(as("novaedge-agent"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.agentClient = agentClient
+	c.agentConfig = as("novaedge-agent")
 
 	n1 := c.addNode(c.name("n1"), nil).Name
 	pool := c.pool("pool", "10.77.7.0/29")
