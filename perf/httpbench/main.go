@@ -73,6 +73,7 @@ func main() {
 		conns    = flag.Int("connections", 64, "concurrent connections (wrk), clients (h2load: connections/4 with 16 streams each)")
 	)
 	profile := flag.String("profile", "", "write a CPU profile of novaedge-agent, taken while wrk runs against it, to this file (the agent then runs with --pprof on 127.0.0.1:19520)")
+	profileH2 := flag.String("profile-h2", "", "like -profile, taken while h2load runs against the agent")
 	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
 	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
@@ -207,7 +208,7 @@ spec:
 		return start(name, 1, []string{"GOMAXPROCS=1"}, append(args, extra...)...)
 	}
 	var profArgs []string
-	if *profile != "" {
+	if *profile != "" || *profileH2 != "" {
 		profArgs = []string{"--pprof", "--metrics-addr", "127.0.0.1:" + strconv.Itoa(novaOps)}
 	}
 	nova := startAgent("novaedge", *agent, novaH1, profArgs...)
@@ -287,8 +288,20 @@ spec:
 		if t.h2 == 0 {
 			continue
 		}
+		var prof2 chan error
+		if *profileH2 != "" && t.cmd == nova {
+			prof2 = make(chan error, 1)
+			go func() { prof2 <- fetchProfile(novaOps, max(*duration-time.Second, time.Second), *profileH2) }()
+		}
 		cpu0, user0 = treeCPU(t.cmd)
 		r2, err := runH2load(t.h2, *duration, *conns)
+		if prof2 != nil {
+			if err := <-prof2; err != nil {
+				log.Printf("profile: %v", err)
+			} else {
+				log.Printf("profile: %s", *profileH2)
+			}
+		}
 		r2.Target, r2.Protocol = t.name, "h2c"
 		if err != nil {
 			r2.Errors = err.Error()
