@@ -62,22 +62,22 @@ func newCluster(t *testing.T) *cluster {
 // name makes a cluster-scoped name unique to this test.
 func (c *cluster) name(s string) string { return c.ns + "-" + s }
 
-// create creates obj and deletes it at the end of the test when it is
-// cluster-scoped (namespaces are never deleted by envtest).
+// create creates obj and deletes it at the end of the test. Namespaced
+// objects too: envtest runs no namespace controller, so a namespace's
+// objects outlive it, and a Service of type LoadBalancer left behind would
+// take addresses from the next run's pools (go test -count=2).
 func (c *cluster) create(obj client.Object) {
 	c.t.Helper()
 	if err := c.env.Client.Create(c.ctx, obj); err != nil {
 		c.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
 	}
-	if obj.GetNamespace() == "" {
-		c.t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := c.env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-				c.t.Errorf("delete %T %s: %v", obj, obj.GetName(), err)
-			}
-		})
-	}
+	c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			c.t.Errorf("delete %T %s: %v", obj, obj.GetName(), err)
+		}
+	})
 }
 
 // update applies mutate to the current version of obj, retrying conflicts.
