@@ -6,6 +6,8 @@
  *   ICMP echo to a VIP address            → echo reply, XDP_TX
  *   ICMP "frag needed"/"too big" for a
  *   DSR flow                              → to the backend that owns it
+ *   DSR frame too big once encapsulated   → ICMP "frag needed"/"too big"
+ *                                           to the client, XDP_TX
  *   TCP/UDP to a VIP entry marked PASS    → XDP_PASS (the slow path listens)
  *   TCP/UDP to a fast VIP                 → conntrack, else Maglev; then NAT
  *                                           or DSR towards the backend
@@ -179,15 +181,25 @@ static __always_inline int xmit(struct xdp_md *ctx, const struct nexthop *nh)
 }
 
 /*
+ * TOO_BIG is what resolve and the send functions return, instead of a
+ * verdict, for a frame that the encapsulation made too big for the route
+ * (grown set): the caller answers the client (too_big). The route's MTU is
+ * left in fp_scratch's bpf_fib_lookup (mtu_result).
+ */
+#define TOO_BIG (-2)
+
+/*
  * resolve looks the next hop towards dst up in the kernel's FIB into nh
  * (by destination only: source-based policy routes are not consulted).
  * It returns -1 when found, or the verdict for a frame that XDP cannot
  * forward: no neighbour entry yet (the kernel resolves it), too big, or no
- * route. The lookup's argument lives in per-CPU scratch space, not on the
- * stack: inlined into every caller, it would not fit the 512 bytes.
+ * route. A frame too big for the route is dropped, unless grown says that
+ * our encapsulation made it so: then TOO_BIG. The lookup's argument lives
+ * in per-CPU scratch space, not on the stack: inlined into every caller,
+ * it would not fit the 512 bytes.
  */
 static __always_inline int resolve(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len,
-			      struct nexthop *nh)
+			      struct nexthop *nh, int grown)
 {
 	__u32 zero = 0;
 	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&fp_scratch, &zero);
@@ -211,6 +223,8 @@ static __always_inline int resolve(struct xdp_md *ctx, __u8 family, const __u8 *
 		count(FP_C_PASS_NO_NEIGH);
 		return XDP_PASS;
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		if (grown)
+			return TOO_BIG;
 		count(FP_C_DROP_FRAG_NEEDED);
 		return XDP_DROP;
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
@@ -229,34 +243,34 @@ static __always_inline int resolve(struct xdp_md *ctx, __u8 family, const __u8 *
 	return -1;
 }
 
-/* send forwards the frame to dst, looking its next hop up each time. */
-static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len)
+/* send forwards the frame to dst, looking its next hop up each time (grown: see resolve). */
+static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len, int grown)
 {
 	struct nexthop nh = {};
-	int rc = resolve(ctx, family, dst, l3_len, &nh);
+	int rc = resolve(ctx, family, dst, l3_len, &nh, grown);
 
-	if (rc >= 0)
+	if (rc != -1)
 		return rc;
 	return xmit(ctx, &nh);
 }
 
 /*
  * send_backend forwards the frame to backend bid, whose next hop is cached
- * per CPU for NEXTHOP_TTL_NS.
+ * per CPU for NEXTHOP_TTL_NS (grown: see resolve).
  */
 static __always_inline int send_backend(struct xdp_md *ctx, __u32 bid, __u8 family, const __u8 *dst,
-					__u32 l3_len, __u64 now)
+					__u32 l3_len, __u64 now, int grown)
 {
 	struct nexthop *nh = bpf_map_lookup_elem(&fp_nexthops, &bid);
 	int rc, valid;
 
 	if (!nh)
-		return send(ctx, family, dst, l3_len);
+		return send(ctx, family, dst, l3_len, grown);
 	valid = nh->expires > now && nh->ingress == ctx->ingress_ifindex;
 	if (valid && l3_len <= nh->mtu)
 		return xmit(ctx, nh);
-	rc = resolve(ctx, family, dst, l3_len, nh);
-	if (rc >= 0) {
+	rc = resolve(ctx, family, dst, l3_len, nh, grown);
+	if (rc != -1) {
 		nh->expires = 0;
 		return rc;
 	}
@@ -444,6 +458,209 @@ static __always_inline int encap(struct xdp_md *ctx, struct pkt *p, const struct
 	return hlen + inner_len;
 }
 
+/* Chunks of csum_from: bpf_csum_diff sums multiples of 4 bytes. */
+#define CSUM_CHUNK 64
+#define CSUM_CHUNKS (ICMP6_ERROR_MAX / CSUM_CHUNK + 1)
+
+/*
+ * csum_from adds the bytes from offset off to the end of the frame to the
+ * one's-complement sum seed (at most ICMP6_ERROR_MAX + CSUM_CHUNK bytes):
+ * in chunks of CSUM_CHUNK, then of 4 bytes, then the last 1-3 bytes padded
+ * with zeros, as the Internet checksum pads an odd length. Every chunk has
+ * a constant size, so the verifier can bound each access.
+ */
+static __always_inline __u32 csum_from(struct xdp_md *ctx, __u32 off, __u32 seed)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 sum = seed;
+	__be32 last = 0;
+	__u8 *b;
+
+	for (int i = 0; i < CSUM_CHUNKS; i++) {
+		void *c = data + (off & 0x7ff);
+
+		if (c + CSUM_CHUNK > data_end)
+			break;
+		sum = bpf_csum_diff(0, 0, c, CSUM_CHUNK, sum);
+		off += CSUM_CHUNK;
+	}
+	for (int i = 0; i < CSUM_CHUNK / 4; i++) {
+		void *c = data + (off & 0x7ff);
+
+		if (c + 4 > data_end)
+			break;
+		sum = bpf_csum_diff(0, 0, c, 4, sum);
+		off += 4;
+	}
+	b = data + (off & 0x7ff);
+	if ((void *)(b + 1) <= data_end) {
+		((__u8 *)&last)[0] = b[0];
+		if ((void *)(b + 2) <= data_end) {
+			((__u8 *)&last)[1] = b[1];
+			if ((void *)(b + 3) <= data_end)
+				((__u8 *)&last)[2] = b[2];
+		}
+		sum = bpf_csum_diff(0, 0, &last, 4, sum);
+	}
+	return sum;
+}
+
+/* addr_is_unicast is false for addresses no ICMP error may be sent to. */
+static __always_inline int addr_is_unicast(const __u8 *a, __u8 family)
+{
+	if (addr_is_zero(a, family))
+		return 0;
+	if (family == FP_FAMILY_IPV4)
+		/* 0/8, loopback, multicast, class E and broadcast. */
+		return a[0] != 0 && a[0] != 127 && a[0] < 224;
+	return a[0] != 0xff;
+}
+
+/*
+ * too_big answers a client's DSR packet that the encapsulation (hlen bytes
+ * of outer headers, still in front of it) made too big for the path to the
+ * backend, as Katran does: the client's own path MTU discovery must learn
+ * the smaller MTU, or its full-sized segments would be lost for good. The
+ * frame becomes an ICMP "fragmentation needed" (IPv4; RFC 792, 1191) or
+ * ICMPv6 "packet too big" (RFC 4443) from the VIP to the client, quoting
+ * the client's packet as far as RFC 1812 / 4443 allow, with the route's
+ * MTU less hlen as the next-hop MTU, and goes back out where it came in
+ * with the MACs swapped. It is only ever called for TCP and UDP (never
+ * about an ICMP error); an IPv4 packet without DF, which the client lets
+ * routers fragment and XDP cannot, and a packet from an address that is no
+ * unicast one are dropped.
+ */
+static __always_inline int too_big(struct xdp_md *ctx, const struct pkt *p, __u32 hlen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&fp_scratch, &zero);
+	int v4 = p->key.family == FP_FAMILY_IPV4;
+	__u32 l2 = L3_OFF(p), iphlen = v4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+	__u32 inner_len = p->l3_len & 0xffff, quote, mtu, len;
+	struct ethhdr *eth = data, saved;
+	struct vlan_hdr vh = {};
+	struct icmphdr *ih;
+	__be32 pseudo[2];
+	__u32 sum = 0;
+
+	hlen &= 0x3f;
+	if (!fib || fib->mtu_result <= hlen || (void *)(eth + 1) > data_end)
+		goto drop;
+	mtu = fib->mtu_result - hlen;
+	if (!addr_is_unicast(p->key.src, p->key.family) ||
+	    (p->key.proto != IPPROTO_TCP && p->key.proto != IPPROTO_UDP))
+		goto drop;
+	if (v4) {
+		struct iphdr *in = data + l2 + hlen;
+
+		if ((void *)(in + 1) > data_end || !(in->frag_off & fp_htons(IP_DF)))
+			goto drop;
+	}
+	quote = (v4 ? ICMP4_ERROR_MAX : ICMP6_ERROR_MAX) - iphlen - sizeof(*ih);
+	if (quote > inner_len)
+		quote = inner_len;
+
+	/* The Ethernet header (and VLAN tag) with the MACs swapped, aside. */
+	__builtin_memcpy(saved.h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(saved.h_source, eth->h_dest, ETH_ALEN);
+	saved.h_proto = eth->h_proto;
+	if (l2 > sizeof(*eth)) {
+		struct vlan_hdr *t = data + sizeof(*eth);
+
+		if ((void *)(t + 1) > data_end)
+			goto drop;
+		vh = *t;
+		vh.encap_proto = fp_htons(v4 ? ETH_P_IP : ETH_P_IPV6);
+	} else {
+		saved.h_proto = fp_htons(v4 ? ETH_P_IP : ETH_P_IPV6);
+	}
+
+	/*
+	 * Cut the frame after the quote, then move its start so that the new
+	 * IP and ICMP headers end where the quote begins: the outer headers
+	 * are overwritten, the quote stays where it is.
+	 */
+	len = l2 + hlen + quote;
+	if (len < p->frame_len + hlen && bpf_xdp_adjust_tail(ctx, (int)len - (int)(p->frame_len + hlen)))
+		goto drop;
+	if (bpf_xdp_adjust_head(ctx, (int)hlen - (int)(iphlen + sizeof(*ih))))
+		goto drop;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return XDP_ABORTED;
+	*eth = saved;
+	if (l2 > sizeof(*eth)) {
+		struct vlan_hdr *t = data + sizeof(*eth);
+
+		if ((void *)(t + 1) > data_end)
+			return XDP_ABORTED;
+		*t = vh;
+	}
+
+	if (v4) {
+		struct iphdr *iph = data + l2;
+
+		ih = (void *)(iph + 1);
+		if ((void *)(ih + 1) > data_end)
+			return XDP_ABORTED;
+		iph->version = 4;
+		iph->ihl = 5;
+		iph->tos = 0;
+		iph->tot_len = fp_htons(sizeof(*iph) + sizeof(*ih) + quote);
+		iph->id = 0;
+		iph->frag_off = 0;
+		iph->ttl = OUTER_TTL;
+		iph->protocol = IPPROTO_ICMP;
+		iph->check = 0;
+		__builtin_memcpy(&iph->saddr, p->key.dst, 4);
+		__builtin_memcpy(&iph->daddr, p->key.src, 4);
+		iph->check = ipv4_csum(iph);
+		ih->type = ICMP_DEST_UNREACH;
+		ih->code = ICMP_FRAG_NEEDED;
+		ih->un1 = 0;
+		ih->un2 = fp_htons(mtu);
+	} else {
+		struct ipv6hdr *ip6 = data + l2;
+
+		ih = (void *)(ip6 + 1);
+		if ((void *)(ih + 1) > data_end)
+			return XDP_ABORTED;
+		*(__be32 *)ip6 = fp_htonl(6 << 28);
+		ip6->payload_len = fp_htons(sizeof(*ih) + quote);
+		ip6->nexthdr = IPPROTO_ICMPV6;
+		ip6->hop_limit = OUTER_TTL;
+		copy16(ip6->saddr, p->key.dst);
+		copy16(ip6->daddr, p->key.src);
+		ih->type = ICMPV6_PKT_TOOBIG;
+		ih->code = 0;
+		ih->un1 = fp_htons(mtu >> 16);
+		ih->un2 = fp_htons(mtu);
+		/* The pseudo-header: both addresses, the upper-layer length and next header. */
+		pseudo[0] = fp_htonl(sizeof(*ih) + quote);
+		pseudo[1] = fp_htonl(IPPROTO_ICMPV6);
+		sum = bpf_csum_diff(0, 0, (__be32 *)ip6->saddr, 32, 0);
+		sum = bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), sum);
+	}
+	ih->checksum = 0;
+	sum = csum_from(ctx, l2 + iphlen, sum);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	ih = data + l2 + iphlen;
+	if ((void *)(ih + 1) > data_end)
+		return XDP_ABORTED;
+	ih->checksum = ~csum_fold(sum);
+	count(FP_C_ICMP_TOO_BIG_SENT);
+	return XDP_TX;
+drop:
+	count(FP_C_DROP_FRAG_NEEDED);
+	return XDP_DROP;
+}
+
 /* maglev_slot is hash % maglev_size. */
 static __always_inline __u32 maglev_slot(__u32 hash)
 {
@@ -476,7 +693,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 				   __u32 hash, __u64 now)
 {
 	__u8 src[16];
-	int len;
+	int len, rc;
 
 	switch (fwd) {
 	case FP_FWD_NAT:
@@ -493,12 +710,12 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 			return XDP_DROP;
 		}
 		if (bench_miss_path || bench_flows)
-			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
 		if (rewrite(ctx, p, src, be->addr, nat_port, be->port)) {
 			count(FP_C_DROP_MALFORMED);
 			return XDP_DROP;
 		}
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
 	case FP_FWD_DSR_IPIP:
 	case FP_FWD_DSR_GUE:
 		if (node_addr(cfg, be->family, src)) {
@@ -506,18 +723,21 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 			return XDP_DROP;
 		}
 		if (bench_miss_path || bench_flows)
-			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
 		len = encap(ctx, p, be, src, fwd, gue_port, hash);
 		if (len < 0)
 			return XDP_DROP;
-		return send_backend(ctx, bid, be->family, be->addr, len, now);
+		rc = send_backend(ctx, bid, be->family, be->addr, len, now, 1);
+		if (rc == TOO_BIG)
+			return too_big(ctx, p, len - (p->l3_len & 0xffff));
+		return rc;
 	case FP_FWD_DSR_L2:
 		if (be->family != p->key.family) {
 			count(FP_C_DROP_FAMILY);
 			return XDP_DROP;
 		}
 		/* Only the MACs change: the FIB gives the backend's. */
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
 	}
 	count(FP_C_PASS_SLOW_PATH);
 	return XDP_PASS;
@@ -674,7 +894,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const st
 		count(FP_C_DROP_MALFORMED);
 		return XDP_DROP;
 	}
-	return send(ctx, p->key.family, nv->client, p->l3_len);
+	return send(ctx, p->key.family, nv->client, p->l3_len, 0);
 }
 
 /* ct_key4 is the key of an IPv4 flow in fp_ct4_tcp / fp_ct4_udp. */
@@ -1139,7 +1359,7 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	if (vip->forward == FP_FWD_DSR_L2) {
 		if (be->family != p->key.family)
 			goto pass;
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now_ns());
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now_ns(), 0);
 	}
 	if (node_addr(cfg, be->family, src)) {
 		count(FP_C_DROP_NO_NODE_ADDR);
@@ -1148,7 +1368,8 @@ static __always_inline int icmp_error(struct xdp_md *ctx, struct pkt *p, const s
 	len = encap(ctx, p, be, src, vip->forward, vip->gue_port, hash);
 	if (len < 0)
 		return XDP_DROP;
-	return send_backend(ctx, bid, be->family, be->addr, len, now_ns());
+	/* Grown, but an ICMP error is never answered with another: dropped if too big. */
+	return send_backend(ctx, bid, be->family, be->addr, len, now_ns(), 0);
 pass:
 	count(FP_C_PASS_ICMP);
 	return XDP_PASS;

@@ -77,6 +77,22 @@
 /* Seed of the flow hash; fastpath/flowhash uses the same. */
 #define FLOW_HASH_SEED 0x4e6f7661U
 
+/*
+ * Slots of fp_counters: more than enum fp_counter has (FP_C_MAX), so that a
+ * counter added later still fits the map an older agent pinned, which the
+ * loader reuses only while its size is unchanged.
+ */
+#define FP_COUNTER_SLOTS 64
+
+/*
+ * The largest ICMP error the fast path sends a client about a DSR frame
+ * that grew past the path MTU, IP header included: 576 bytes for IPv4
+ * (RFC 1812 4.3.2.3), 1280 for ICMPv6 (RFC 4443 2.4 (c)). The quote of the
+ * client's packet fills the rest.
+ */
+#define ICMP4_ERROR_MAX 576
+#define ICMP6_ERROR_MAX 1280
+
 /* Outer headers added for DSR. */
 #define OUTER_TTL 64
 #define DEFAULT_GUE_PORT 6080

@@ -155,10 +155,12 @@ struct {
 	__type(value, struct fp_traffic);
 } fp_backend_stats SEC(".maps");
 
-/* Counters by enum fp_counter, per CPU. */
+_Static_assert(FP_C_MAX <= FP_COUNTER_SLOTS, "enum fp_counter outgrew FP_COUNTER_SLOTS");
+
+/* Counters by enum fp_counter, per CPU; slots from FP_C_MAX on are spare. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, FP_C_MAX);
+	__uint(max_entries, FP_COUNTER_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
 } fp_counters SEC(".maps");

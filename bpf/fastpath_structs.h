@@ -297,6 +297,13 @@ enum fp_counter {
 	FP_C_DROP_NO_NODE_ADDR,
 	FP_C_DROP_FIB,
 	FP_C_DROP_RST_NO_STATE,
+	/*
+	 * A DSR frame that no longer fit the path MTU once encapsulated,
+	 * answered with ICMP "fragmentation needed" / ICMPv6 "packet too big"
+	 * to the client (an IPv4 frame without DF is dropped instead, as
+	 * FP_C_DROP_FRAG_NEEDED).
+	 */
+	FP_C_ICMP_TOO_BIG_SENT,
 	FP_C_MAX,
 };
 

@@ -24,6 +24,9 @@ const DefaultPinRoot = "/sys/fs/bpf/novaedge"
 
 // Layout versions the pinned maps' shapes. An agent whose maps differ
 // pins under a new layout directory instead of reusing incompatible maps.
+// fp_counters is the exception: it holds only statistics, so Load replaces
+// a pinned one of another size (a counter added) and keeps the layout,
+// with every flow's state; it has spare slots so that added counters fit.
 const Layout = "v4"
 
 // MapsDir returns the directory of the pinned maps under root.

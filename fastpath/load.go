@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
+	"path/filepath"
 
 	"github.com/cilium/ebpf"
 
@@ -155,6 +157,9 @@ func Load(opts LoadOptions) (*Objects, error) {
 	copts := &ebpf.CollectionOptions{}
 	if opts.PinPath != "" {
 		copts.Maps.PinPath = opts.PinPath
+		if err := unpinOutgrownStats(spec, opts.PinPath); err != nil {
+			return nil, err
+		}
 	}
 	if err := spec.LoadAndAssign(&objs.FastpathObjects, copts); err != nil {
 		var ve *ebpf.VerifierError
@@ -193,4 +198,41 @@ func modMagic(d uint32) (m uint64, s uint32, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// statsMaps are the pinned maps that hold nothing but statistics.
+var statsMaps = []string{fastpathbpf.FastpathMapFpCounters}
+
+// unpinOutgrownStats removes the pin of a statistics map in dir whose shape
+// differs from spec's (fp_counters of an agent with fewer counters), so
+// that loading pins a new one instead of failing. Only statistics are
+// worth so little: every other map keeps its pin, or the program fails to
+// load (a change of those is a new Layout). The counters start again from
+// zero, which Prometheus takes as a counter reset; the old program keeps
+// counting into the old map until the links switch to the new one.
+// fp_counters has spare slots (FP_COUNTER_SLOTS), so adding a counter
+// changes its shape no more.
+func unpinOutgrownStats(spec *ebpf.CollectionSpec, dir string) error {
+	for _, name := range statsMaps {
+		path := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open pinned %s: %w", name, err)
+		}
+		diff := spec.Maps[name].Compatible(m)
+		_ = m.Close()
+		if diff == nil {
+			continue
+		}
+		if !errors.Is(diff, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("compare pinned %s: %w", name, diff)
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("unpin %s (%s): %w", name, diff.Error(), err)
+		}
+	}
+	return nil
 }

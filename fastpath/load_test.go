@@ -1,6 +1,15 @@
 package fastpath
 
-import "testing"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	fastpathbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
+)
 
 // TestLoadVerifier loads the program through the real kernel verifier with
 // the default sizes and with the benchmark switch, so a change the verifier
@@ -33,5 +42,79 @@ func TestLoadVerifier(t *testing.T) {
 				t.Errorf("fp_maglev max entries = %d, want %d", info.MaxEntries, want)
 			}
 		})
+	}
+}
+
+// TestLoadReplacesOutgrownCounters loads the program over the pins of an
+// agent whose fp_counters had fewer slots (layout v4 before the spare
+// slots): the counters' pin is replaced by a map of FP_COUNTER_SLOTS,
+// every other pinned map (here a VIP entry in fp_vips) is reused, and the
+// next load reuses the new counters as they are.
+func TestLoadReplacesOutgrownCounters(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test must run as root: it loads the program and pins maps in bpffs")
+	}
+	dir := fmt.Sprintf("/sys/fs/bpf/nvfp-load-%d", os.Getpid())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatalf("create %s (is bpffs mounted at /sys/fs/bpf?): %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	opts := LoadOptions{MaglevSize: 251, MaxVIPs: 16, MaxBackends: 64, ConntrackSize: 1024, NATSize: 1024, PinPath: dir}
+	load := func() *Objects {
+		t.Helper()
+		objs, err := Load(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = objs.Close() })
+		return objs
+	}
+	first := load()
+	vk := fastpathbpf.FastpathVipKey{Addr: [16]byte{203, 0, 113, 1}, Port: 80, Proto: 6, Family: 4}
+	if err := first.FpVips.Put(vk, fastpathbpf.FastpathVipInfo{Id: 7}); err != nil {
+		t.Fatalf("write fp_vips: %v", err)
+	}
+	// What the previous build pinned: one slot per counter it had.
+	path := filepath.Join(dir, fastpathbpf.FastpathMapFpCounters)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 30})
+	if err != nil {
+		t.Fatalf("create the old fp_counters: %v", err)
+	}
+	defer func() { _ = old.Close() }()
+	if err := old.Pin(path); err != nil {
+		t.Fatalf("pin the old fp_counters: %v", err)
+	}
+
+	second := load()
+	info, err := second.FpCounters.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.MaxEntries != 64 || info.MaxEntries < uint32(fastpathbpf.FastpathFpCounterFP_C_MAX) {
+		t.Errorf("fp_counters has %d slots, want 64 (FP_COUNTER_SLOTS) for %d counters", info.MaxEntries, fastpathbpf.FastpathFpCounterFP_C_MAX)
+	}
+	var vi fastpathbpf.FastpathVipInfo
+	if err := second.FpVips.Lookup(vk, &vi); err != nil || vi.Id != 7 {
+		t.Errorf("fp_vips entry after the reload: %+v, %v; want the pinned map reused with ID 7", vi, err)
+	}
+	if _, err := ReadCounters(second.FpCounters); err != nil {
+		t.Errorf("read the new counters: %v", err)
+	}
+
+	third := load()
+	id2, _ := info.ID()
+	info3, err := third.FpCounters.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id3, _ := info3.ID(); id3 != id2 {
+		t.Errorf("fp_counters replaced again (map ID %d, was %d): a pin of the right size must be reused", id3, id2)
 	}
 }

@@ -92,6 +92,7 @@ const (
 	cDropFamily            = fpbpf.FastpathFpCounterFP_C_DROP_FAMILY
 	cDropNoNodeAddr        = fpbpf.FastpathFpCounterFP_C_DROP_NO_NODE_ADDR
 	cDropFIB               = fpbpf.FastpathFpCounterFP_C_DROP_FIB
+	cICMPTooBigSent        = fpbpf.FastpathFpCounterFP_C_ICMP_TOO_BIG_SENT
 	fwdPass                = uint8(fpbpf.FastpathFpForwardFP_FWD_PASS)
 	fwdNAT                 = uint8(fpbpf.FastpathFpForwardFP_FWD_NAT)
 	fwdNATKeepClient       = uint8(fpbpf.FastpathFpForwardFP_FWD_NAT_KEEP_CLIENT)
@@ -143,9 +144,15 @@ var (
 	beNoXDP4     = netip.MustParseAddr("10.4.0.10")
 	beBlackhole4 = netip.MustParseAddr("10.5.0.10")
 	beSmallMTU4  = netip.MustParseAddr("10.6.0.10")
+	beSmallMTU6  = netip.MustParseAddr("fd06::10")
 )
 
-const progRouteMTU = 300
+// The MTUs of the routes to beSmallMTU4 and beSmallMTU6 (IPv6 routes stay
+// at 1280 or above).
+const (
+	progRouteMTU  = 300
+	progRouteMTU6 = 1300
+)
 
 func progMAC(s string) net.HardwareAddr {
 	m, err := net.ParseMAC(s)
@@ -288,7 +295,7 @@ func (n *progNet) setup() error {
 			}
 		}
 	}
-	neigh := map[netip.Addr]string{progGW4: linkIn, progGW6: linkIn, beRedir4: linkRedir, beRedir6: linkRedir, beNoXDP4: linkNoXDP, beSmallMTU4: linkIn}
+	neigh := map[netip.Addr]string{progGW4: linkIn, progGW6: linkIn, beRedir4: linkRedir, beRedir6: linkRedir, beNoXDP4: linkNoXDP, beSmallMTU4: linkIn, beSmallMTU6: linkIn}
 	for i := byte(10); i < 100; i++ {
 		neigh[onLink4(i)] = linkIn
 		neigh[onLink6(i)] = linkIn
@@ -317,6 +324,7 @@ func (n *progNet) setup() error {
 		{Dst: progIPNet("2001:db8:c::/64"), Gw: progGW6.AsSlice(), LinkIndex: n.ifindex[linkIn]},
 		{Dst: progIPNet("10.5.0.0/24"), Type: unix.RTN_BLACKHOLE},
 		{Dst: progIPNet("10.6.0.0/24"), LinkIndex: n.ifindex[linkIn], MTU: progRouteMTU, MTULock: true}, // unlocked, forwarding uses the device MTU
+		{Dst: progIPNet("fd06::/64"), LinkIndex: n.ifindex[linkIn], MTU: progRouteMTU6, MTULock: true},
 	} {
 		if err := n.h.RouteAdd(r); err != nil {
 			return fmt.Errorf("route %s: %w", r.Dst, err)
@@ -588,7 +596,7 @@ var progCounterNames = []string{
 	"CT_HIT", "CT_MISS", "CT_CREATED", "CT_EXPIRED", "NAT_CREATED", "NAT_REPLY", "ICMP_ECHO",
 	"ICMP_ERROR_FORWARDED", "TX", "REDIRECT", "DROP_MALFORMED", "DROP_NO_BACKEND",
 	"DROP_NAT_EXHAUSTED", "DROP_FRAG_NEEDED", "DROP_HEADROOM", "DROP_FAMILY",
-	"DROP_NO_NODE_ADDR", "DROP_FIB",
+	"DROP_NO_NODE_ADDR", "DROP_FIB", "DROP_RST_NO_STATE", "ICMP_TOO_BIG_SENT",
 }
 
 func progCounterName(c fpbpf.FastpathFpCounter) string {
@@ -690,6 +698,7 @@ type progPkt struct {
 	v6Ext              bool // IPv6: hop-by-hop and destination options before L4
 	v6Frag             bool // IPv6: a fragment header (first fragment, M set)
 	mf                 bool // IPv4: more fragments
+	df                 bool // IPv4: don't fragment
 	fragOff            uint16
 	udpNoCsum          bool // IPv4 UDP: checksum 0 ("none")
 	icmpType, icmpCode uint8
@@ -747,6 +756,9 @@ func (p progPkt) ipLayers(t testing.TB) []gopacket.SerializableLayer {
 		}
 		if p.mf {
 			ip.Flags |= layers.IPv4MoreFragments
+		}
+		if p.df {
+			ip.Flags |= layers.IPv4DontFragment
 		}
 		if p.ipOptions {
 			ip.Options = []layers.IPv4Option{{OptionType: 148, OptionLength: 4, OptionData: []byte{0, 0}}}

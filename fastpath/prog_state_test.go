@@ -480,7 +480,8 @@ func TestProgNATWithoutNodeAddrCounted(t *testing.T) {
 }
 
 // TestProgNexthopCacheKeepsRouteMTU: a frame too big for its route must be
-// refused whether or not the backend's next hop is cached. bpf_fib_lookup
+// refused (dropped, or answered with "fragmentation needed" when it has
+// DF) whether or not the backend's next hop is cached. bpf_fib_lookup
 // checks the route's MTU (a locked route MTU, or a learned path MTU), but
 // send_backend caches the egress device's MTU (bpf_check_mtu) and lets
 // every frame up to it through the cache for NEXTHOP_TTL_NS: right after a
@@ -495,11 +496,22 @@ func TestProgNexthopCacheKeepsRouteMTU(t *testing.T) {
 	small := tcpTo(progClient4, progVIP4, 40000, 80)
 	big := small
 	big.payload = make([]byte, progRouteMTU) // 360 bytes encapsulated
+	// With DF the client is told instead, cached next hop or not.
+	bigDF := big
+	bigDF.df = true
 	for i := range 8 {
 		e.send(small, xdpTX)
 		if v, _ := e.run(big.frame(t)); v != xdpDrop {
 			t.Fatalf("round %d: %d-byte packet to a backend behind a route of MTU %d: verdict %v, want XDP_DROP (FRAG_NEEDED) as without a cached next hop",
 				i, 20+ipLen(ipPacketBytes(t, big)), progRouteMTU, v)
 		}
+		e.send(small, xdpTX)
+		in := bigDF.frame(t)
+		v, out := e.run(in)
+		if v != xdpTX {
+			t.Fatalf("round %d: %d-byte packet with DF to a backend behind a route of MTU %d: verdict %v, want XDP_TX (frag needed to the client)",
+				i, 20+ipLen(ipPacketBytes(t, bigDF)), progRouteMTU, v)
+		}
+		wantTooBig(t, in, out, progRouteMTU-20)
 	}
 }

@@ -1,9 +1,14 @@
 package fastpath
 
 import (
+	"bytes"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 
 	fpbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
 )
@@ -37,6 +42,19 @@ func TestProgVerdicts(t *testing.T) {
 	// with "fragmentation needed" / "packet too big".
 	vipReply := tcpTo(progVIP4, progClient4, 80, 34567)
 	vipReply6 := udpTo(progVIP6, progClient6, 53, 34567)
+	// Client packets of n bytes of payload (a pattern, so that a quote
+	// from the wrong offset shows), with DF for IPv4.
+	bigFrom := func(p progPkt, n int) progPkt {
+		p.df = p.src.Is4()
+		p.payload = make([]byte, n)
+		for i := range p.payload {
+			p.payload[i] = byte(i % 251)
+		}
+		return p
+	}
+	dsrTCP6 := progVIP{addr: progVIP6, port: 80, proto: ipTCP, id: 3, forward: fwdDSRIPIP}
+	fromClient6TCP := tcpTo(progClient6, progVIP6, 34567, 80)
+	tooBigSent := counts{cRX: 1, cCTMiss: 1, cCTCreated: 1, cICMPTooBigSent: 1}
 
 	for _, tc := range []struct {
 		name     string
@@ -46,6 +64,8 @@ func TestProgVerdicts(t *testing.T) {
 		want     progVerdict
 		counters counts
 		macs     [2]net.HardwareAddr // destination and source MAC of a forwarded frame
+		// check, if set, checks the output frame against the input.
+		check func(t *testing.T, in, out []byte)
 	}{
 		{
 			name: "ARP is passed", raw: progARPFrame,
@@ -281,11 +301,80 @@ func TestProgVerdicts(t *testing.T) {
 			want:  xdpDrop, counters: counts{cRX: 1, cCTMiss: 1, cCTCreated: 1, cDropFIB: 1},
 		},
 		{
-			name:  "encapsulated packet above the route MTU is dropped",
+			name:  "IPIP packet above the route MTU: frag needed to the client",
+			setup: func(e *progEnv) { e.addFastVIP(dsrVIP, netip.AddrPortFrom(beSmallMTU4, 80)) },
+			pkt:   bigFrom(fromClient, progRouteMTU),
+			want:  xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU-20) },
+		},
+		{
+			name:  "IPIP packet of a VLAN above the route MTU: frag needed to the client, tagged",
+			setup: func(e *progEnv) { e.addFastVIP(dsrVIP, netip.AddrPortFrom(beSmallMTU4, 80)) },
+			pkt:   bigFrom(fromClient, progRouteMTU+1).tagged(42), // a quote of 4n+1 bytes
+			want:  xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU-20) },
+		},
+		{
+			name: "GUE packet above the route MTU: frag needed to the client",
+			setup: func(e *progEnv) {
+				v := dsrVIP
+				v.forward = fwdDSRGUE
+				e.addFastVIP(v, netip.AddrPortFrom(beSmallMTU4, 80))
+			},
+			pkt:  bigFrom(fromClient, progRouteMTU+3), // a quote of 4n+3 bytes
+			want: xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU-28) },
+		},
+		{
+			name: "large IPIP packet above the route MTU: the quote stops at 576 bytes",
+			setup: func(e *progEnv) {
+				e.addFastVIP(dsrVIP, netip.AddrPortFrom(beSmallMTU4, 80))
+			},
+			pkt:  bigFrom(fromClient, 1400),
+			want: xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU-20) },
+		},
+		{
+			name:  "IPv6-in-IPv6 packet above the route MTU: packet too big to the client",
+			setup: func(e *progEnv) { e.addFastVIP(dsrTCP6, netip.AddrPortFrom(beSmallMTU6, 80)) },
+			pkt:   bigFrom(fromClient6TCP, progRouteMTU6),
+			want:  xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU6-40) },
+		},
+		{
+			name: "IPv6 GUE packet above the route MTU: packet too big to the client",
+			setup: func(e *progEnv) {
+				v := dsrTCP6
+				v.forward = fwdDSRGUE
+				e.addFastVIP(v, netip.AddrPortFrom(beSmallMTU6, 80))
+			},
+			pkt:  bigFrom(fromClient6TCP, progRouteMTU6-60),
+			want: xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU6-48) },
+		},
+		{
+			name:  "IPv4-in-IPv6 packet above the route MTU: frag needed to the client",
+			setup: func(e *progEnv) { e.addFastVIP(dsrVIP, netip.AddrPortFrom(beSmallMTU6, 80)) },
+			pkt:   bigFrom(fromClient, progRouteMTU6),
+			want:  xdpTX, counters: tooBigSent,
+			check: func(t *testing.T, in, out []byte) { wantTooBig(t, in, out, progRouteMTU6-40) },
+		},
+		{
+			name:  "encapsulated IPv4 packet above the route MTU without DF is dropped",
 			setup: func(e *progEnv) { e.addFastVIP(dsrVIP, netip.AddrPortFrom(beSmallMTU4, 80)) },
 			pkt: func() progPkt {
-				p := fromClient
-				p.payload = make([]byte, progRouteMTU)
+				p := bigFrom(fromClient, progRouteMTU)
+				p.df = false
+				return p
+			}(),
+			want: xdpDrop, counters: counts{cRX: 1, cCTMiss: 1, cCTCreated: 1, cDropFragNeeded: 1},
+		},
+		{
+			name:  "encapsulated packet above the route MTU from a multicast source is dropped",
+			setup: func(e *progEnv) { e.addFastVIP(dsrVIP, netip.AddrPortFrom(beSmallMTU4, 80)) },
+			pkt: func() progPkt {
+				p := bigFrom(fromClient, progRouteMTU)
+				p.src = netip.MustParseAddr("224.0.0.9")
 				return p
 			}(),
 			want: xdpDrop, counters: counts{cRX: 1, cCTMiss: 1, cCTCreated: 1, cDropFragNeeded: 1},
@@ -371,6 +460,9 @@ func TestProgVerdicts(t *testing.T) {
 					t.Errorf("verdict %v, want %v", v, tc.want)
 				}
 				e.wantCounters(nil, tc.counters)
+				if tc.check != nil {
+					tc.check(t, frame, out)
+				}
 				if tc.macs[0] != nil && len(out) >= 12 {
 					if got := net.HardwareAddr(out[0:6]); got.String() != tc.macs[0].String() {
 						t.Errorf("destination MAC %v, want %v", got, tc.macs[0])
@@ -381,5 +473,64 @@ func TestProgVerdicts(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// wantTooBig checks the ICMP "fragmentation needed" (IPv4) or ICMPv6
+// "packet too big" the program made of the client's frame in: sent back
+// with the MACs swapped and the VLAN tag kept, from the VIP to the client,
+// announcing mtu, quoting the start of the client's IP packet up to the
+// 576 (IPv4) or 1280 (IPv6) bytes the RFCs allow the whole error, every
+// checksum valid.
+func wantTooBig(t *testing.T, in, out []byte, mtu int) {
+	t.Helper()
+	l2 := progL2Len(in)
+	wantMACs(t, out, net.HardwareAddr(in[6:12]), net.HardwareAddr(in[0:6]))
+	wantEqual(t, "L2 header after the MACs", string(out[12:l2]), string(in[12:l2]))
+	orig := in[l2:]
+	d := decodeFrame(t, out)
+	client, _ := netip.AddrFromSlice(orig[12:16])
+	vip, _ := netip.AddrFromSlice(orig[16:20])
+	hdr, limit, layer := 20, 576, layers.LayerTypeICMPv4
+	if orig[0]>>4 == 6 {
+		client, _ = netip.AddrFromSlice(orig[8:24])
+		vip, _ = netip.AddrFromSlice(orig[24:40])
+		hdr, limit, layer = 40, 1280, layers.LayerTypeICMPv6
+	}
+	wantEqual(t, "source address", d.src(), vip)
+	wantEqual(t, "destination address", d.dst(), client)
+	quote := min(len(orig), limit-hdr-8)
+	if len(d.l3) != hdr+8+quote {
+		t.Fatalf("ICMP error of %d bytes (IP header on), want %d: a %d-byte quote of the %d-byte packet", len(d.l3), hdr+8+quote, quote, len(orig))
+	}
+	proto, err := checkChecksums(d.l3)
+	if err != nil {
+		t.Errorf("output checksums: %v", err)
+	}
+	icmp := d.l3[hdr:]
+	pkt := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	if d.ip4 != nil {
+		wantEqual(t, "protocol", proto, uint8(layers.IPProtocolICMPv4))
+		wantEqual(t, "IPv4 header length", d.ip4.IHL, uint8(5))
+		wantEqual(t, "TTL", d.ip4.TTL, uint8(progOuterTTL))
+		ic, ok := pkt.Layer(layer).(*layers.ICMPv4)
+		if !ok {
+			t.Fatalf("no ICMPv4 in the output: %v", pkt)
+		}
+		wantEqual(t, "ICMP type/code", ic.TypeCode, layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodeFragmentationNeeded))
+		wantEqual(t, "unused word", binary.BigEndian.Uint16(icmp[4:]), 0)
+		wantEqual(t, "next-hop MTU", int(binary.BigEndian.Uint16(icmp[6:])), mtu)
+	} else {
+		wantEqual(t, "next header", proto, uint8(layers.IPProtocolICMPv6))
+		wantEqual(t, "hop limit", d.ip6.HopLimit, uint8(progOuterTTL))
+		ic, ok := pkt.Layer(layer).(*layers.ICMPv6)
+		if !ok {
+			t.Fatalf("no ICMPv6 in the output: %v", pkt)
+		}
+		wantEqual(t, "ICMPv6 type/code", ic.TypeCode, layers.CreateICMPv6TypeCode(layers.ICMPv6TypePacketTooBig, 0))
+		wantEqual(t, "MTU", int(binary.BigEndian.Uint32(icmp[4:])), mtu)
+	}
+	if !bytes.Equal(icmp[8:], orig[:quote]) {
+		t.Errorf("the quote is not the client's packet's first %d bytes:\n got %x\nwant %x", quote, icmp[8:], orig[:quote])
 	}
 }

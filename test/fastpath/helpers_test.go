@@ -826,8 +826,7 @@ func askUDP(c *net.UDPConn, msg string, tries int, wait time.Duration) (string, 
 // The client's veth runs XDP_PASS; the backends run XDP_PASS (NAT) or the
 // decapsulation program with the VIPs on lo (DSR). The backend links have
 // an MTU of 1600 so that a full-sized client segment still fits once
-// encapsulated: the fast path drops (and counts) what would need
-// fragmenting.
+// encapsulated (TestDSRPathMTU has a backend link where it does not).
 type site struct {
 	lab      *lab
 	client   *netNS

@@ -133,7 +133,8 @@ const (
 	FastpathFpCounterFP_C_DROP_NO_NODE_ADDR    FastpathFpCounter = 27
 	FastpathFpCounterFP_C_DROP_FIB             FastpathFpCounter = 28
 	FastpathFpCounterFP_C_DROP_RST_NO_STATE    FastpathFpCounter = 29
-	FastpathFpCounterFP_C_MAX                  FastpathFpCounter = 30
+	FastpathFpCounterFP_C_ICMP_TOO_BIG_SENT    FastpathFpCounter = 30
+	FastpathFpCounterFP_C_MAX                  FastpathFpCounter = 31
 )
 
 type FastpathFpEnums struct {
