@@ -7,14 +7,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	metavalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
-	"github.com/novaedge/novaedge/deploy/crds"
 	"github.com/novaedge/novaedge/diag"
 	"github.com/novaedge/novaedge/manifest"
 	"github.com/novaedge/novaedge/schema"
@@ -57,11 +55,6 @@ func (r *Result) Locate(diags diag.List) {
 		d.Pos = r.Position(d.Resource, d.Field)
 	}
 }
-
-// validator is built once: compiling the CRDs' CEL rules is not free.
-var validator = sync.OnceValues(func() (*schema.Validator, error) {
-	return schema.NewFromFS(crds.FS)
-})
 
 // Load reads the YAML files and directories at paths (a directory
 // contributes its *.yaml and *.yml files, not its subdirectories') and

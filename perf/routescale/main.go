@@ -6,7 +6,7 @@
 //     (file write → inotify → YAML validation → build → switch → first
 //     request);
 //   - resident memory of novaedge-agent with 5000 routes, beside the same
-//     agent with one route.
+//     agent with one route, soon after it serves and at rest.
 //
 // Run by hack/bench.sh (make bench). Only 127.0.0.1 is used.
 package main
@@ -69,8 +69,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Fprintf(&b, "## Resident memory of novaedge-agent\n\nVmRSS is RssAnon (heap, stacks: what the agent allocates) plus RssFile (pages of the binary it mapped: code and read-only data of every linked library, shared with the page cache and clean, so reclaimable). FilePmdMapped is the part of RssFile the kernel mapped in whole 2 MiB folios (large page-cache folios, kernel 6.x): touching one byte of such a stretch of the binary counts all 2 MiB.\n\n| routes | VmRSS | RssAnon | RssFile | FilePmdMapped | startup until ready |\n|---|---|---|---|---|---|\n| 1 | %s |\n| 5000 | %s |\n", one, many)
-	log.Printf("RSS: 1 route %s; 5000 routes %s", one, many)
+	fmt.Fprintf(&b, "## Resident memory of novaedge-agent\n\nVmRSS is RssAnon (heap, stacks: what the agent allocates) plus RssFile (pages of the binary it mapped: code and read-only data of every linked library, shared with the page cache and clean, so reclaimable). FilePmdMapped is the part of RssFile the kernel mapped in whole 2 MiB folios (large page-cache folios, kernel 6.x): touching one byte of such a stretch of the binary counts all 2 MiB. Each agent is sampled %v after it first served (the CRD validator of its configuration load still held) and again %v after (released: the agent at rest).\n\n| routes | sampled | VmRSS | RssAnon | RssFile | FilePmdMapped | startup until ready |\n|---|---|---|---|---|---|---|\n| 1 | %s |\n| 1 | %s |\n| 5000 | %s |\n| 5000 | %s |\n",
+		sampleEarly, sampleRest, one[0], one[1], many[0], many[1])
+	log.Printf("RSS: 1 route %s, at rest %s; 5000 routes %s, at rest %s", one[0], one[1], many[0], many[1])
 
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
@@ -253,14 +254,39 @@ func (a *agentProc) stop() {
 	_ = os.RemoveAll(a.dir)
 }
 
-func rss(bin, backend string, n int) (string, error) {
+// The resident memory samples: soon after the agent serves, and once it is
+// at rest (loader.validatorHold, 30 s, has passed since its configuration
+// load).
+const (
+	sampleEarly = 2 * time.Second
+	sampleRest  = 40 * time.Second
+)
+
+// rss starts an agent with n routes and returns its memory at sampleEarly
+// and sampleRest after it first served, as table cells.
+func rss(bin, backend string, n int) ([2]string, error) {
+	var out [2]string
 	a, startup, err := startAgent(bin, backend, n)
 	if err != nil {
-		return "", err
+		return out, err
 	}
 	defer a.stop()
-	time.Sleep(2 * time.Second) // let the first GC cycles settle
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	ready := time.Now()
+	for i, at := range []time.Duration{sampleEarly, sampleRest} {
+		time.Sleep(time.Until(ready.Add(at)))
+		cells, err := memory(a.cmd.Process.Pid)
+		if err != nil {
+			return out, err
+		}
+		out[i] = at.String() + " | " + cells + " | " + startup.Round(time.Millisecond).String()
+	}
+	return out, nil
+}
+
+// memory returns pid's VmRSS, RssAnon, RssFile and FilePmdMapped as table
+// cells.
+func memory(pid int) (string, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return "", err
 	}
@@ -270,7 +296,7 @@ func rss(bin, backend string, n int) (string, error) {
 			fields[k] = strings.TrimSpace(v)
 		}
 	}
-	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", a.cmd.Process.Pid))
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		return "", err
 	}
@@ -282,11 +308,11 @@ func rss(bin, backend string, n int) (string, error) {
 	var cols []string
 	for _, k := range []string{"VmRSS", "RssAnon", "RssFile", "FilePmdMapped"} {
 		if fields[k] == "" {
-			return "", fmt.Errorf("no %s for pid %d", k, a.cmd.Process.Pid)
+			return "", fmt.Errorf("no %s for pid %d", k, pid)
 		}
 		cols = append(cols, fields[k])
 	}
-	return strings.Join(cols, " | ") + " | " + startup.Round(time.Millisecond).String(), nil
+	return strings.Join(cols, " | "), nil
 }
 
 func standalone(bin, backend string, n, reps int) (string, error) {
