@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -86,6 +87,10 @@ type filter struct {
 	pass   int            // bytes after those that pass unexamined
 	inj    []byte         // a frame to hand on after the ready bytes
 	injBuf [frameHeaderLen + len(malformedFields)]byte
+
+	// h2 is set once the connection is known to speak HTTP/2 (the
+	// preface sniffed); the write side reads it.
+	h2 atomic.Bool
 
 	hdec        *hpack.Decoder // mirror of the server's decoder
 	blockOpen   bool           // a header block awaits CONTINUATION
@@ -222,6 +227,7 @@ func (f *filter) sniff() error {
 		case speaksHTTP2:
 			f.ready = len(clientPreface)
 			f.startFrames()
+			f.h2.Store(true)
 			return nil
 		case badPreface, notHTTP:
 			f.mode = modeRejected

@@ -89,6 +89,7 @@ func Configure(srv *http.Server, ln net.Listener, opts Options) (net.Listener, e
 func serveTLS(h2 *http2.Server, hs *http.Server, tc *tls.Conn, h http.Handler) { //nolint:staticcheck // SA1019: see Configure
 	c := &tlsConn{Conn: tc}
 	c.f.init(tc, modePreface, paramsOf(hs, false))
+	c.w.init(tc)
 	if hs.ConnState != nil {
 		hs.ConnState(tc, http.StateHijacked)
 		defer hs.ConnState(c, http.StateClosed)
@@ -120,6 +121,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	pc := &plainConn{Conn: c}
 	pc.f.init(c, modeSniff, paramsOf(l.srv, l.strict))
+	pc.w.init(c)
 	return pc, nil
 }
 
