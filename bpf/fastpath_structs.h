@@ -304,6 +304,18 @@ enum fp_counter {
 	 * FP_C_DROP_FRAG_NEEDED).
 	 */
 	FP_C_ICMP_TOO_BIG_SENT,
+	/*
+	 * An ICMP error to a VIP about a NAT flow's reply (quoting VIP →
+	 * client), translated as about the backend's own packet and forwarded
+	 * to the backend.
+	 */
+	FP_C_ICMP_NAT_TO_BACKEND,
+	/*
+	 * An ICMP error to the node's SNAT address about a NAT flow (quoting
+	 * node → backend), translated as about the client's packet to the VIP
+	 * and forwarded to the client.
+	 */
+	FP_C_ICMP_NAT_TO_CLIENT,
 	FP_C_MAX,
 };
 

@@ -93,6 +93,8 @@ const (
 	cDropNoNodeAddr        = fpbpf.FastpathFpCounterFP_C_DROP_NO_NODE_ADDR
 	cDropFIB               = fpbpf.FastpathFpCounterFP_C_DROP_FIB
 	cICMPTooBigSent        = fpbpf.FastpathFpCounterFP_C_ICMP_TOO_BIG_SENT
+	cICMPNATToBackend      = fpbpf.FastpathFpCounterFP_C_ICMP_NAT_TO_BACKEND
+	cICMPNATToClient       = fpbpf.FastpathFpCounterFP_C_ICMP_NAT_TO_CLIENT
 	fwdPass                = uint8(fpbpf.FastpathFpForwardFP_FWD_PASS)
 	fwdNAT                 = uint8(fpbpf.FastpathFpForwardFP_FWD_NAT)
 	fwdNATKeepClient       = uint8(fpbpf.FastpathFpForwardFP_FWD_NAT_KEEP_CLIENT)
@@ -597,6 +599,7 @@ var progCounterNames = []string{
 	"ICMP_ERROR_FORWARDED", "TX", "REDIRECT", "DROP_MALFORMED", "DROP_NO_BACKEND",
 	"DROP_NAT_EXHAUSTED", "DROP_FRAG_NEEDED", "DROP_HEADROOM", "DROP_FAMILY",
 	"DROP_NO_NODE_ADDR", "DROP_FIB", "DROP_RST_NO_STATE", "ICMP_TOO_BIG_SENT",
+	"ICMP_NAT_TO_BACKEND", "ICMP_NAT_TO_CLIENT",
 }
 
 func progCounterName(c fpbpf.FastpathFpCounter) string {

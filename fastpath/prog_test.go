@@ -484,6 +484,13 @@ func TestProgVerdicts(t *testing.T) {
 // checksum valid.
 func wantTooBig(t *testing.T, in, out []byte, mtu int) {
 	t.Helper()
+	wantTooBigFrom(t, in, out, mtu, netip.Addr{})
+}
+
+// wantTooBigFrom is wantTooBig for an error sent from the address from
+// (the zero Addr: the quoted packet's destination, the VIP).
+func wantTooBigFrom(t *testing.T, in, out []byte, mtu int, from netip.Addr) {
+	t.Helper()
 	l2 := progL2Len(in)
 	wantMACs(t, out, net.HardwareAddr(in[6:12]), net.HardwareAddr(in[0:6]))
 	wantEqual(t, "L2 header after the MACs", string(out[12:l2]), string(in[12:l2]))
@@ -496,6 +503,9 @@ func wantTooBig(t *testing.T, in, out []byte, mtu int) {
 		client, _ = netip.AddrFromSlice(orig[8:24])
 		vip, _ = netip.AddrFromSlice(orig[24:40])
 		hdr, limit, layer = 40, 1280, layers.LayerTypeICMPv6
+	}
+	if from.IsValid() {
+		vip = from
 	}
 	wantEqual(t, "source address", d.src(), vip)
 	wantEqual(t, "destination address", d.dst(), client)

@@ -134,7 +134,9 @@ const (
 	FastpathFpCounterFP_C_DROP_FIB             FastpathFpCounter = 28
 	FastpathFpCounterFP_C_DROP_RST_NO_STATE    FastpathFpCounter = 29
 	FastpathFpCounterFP_C_ICMP_TOO_BIG_SENT    FastpathFpCounter = 30
-	FastpathFpCounterFP_C_MAX                  FastpathFpCounter = 31
+	FastpathFpCounterFP_C_ICMP_NAT_TO_BACKEND  FastpathFpCounter = 31
+	FastpathFpCounterFP_C_ICMP_NAT_TO_CLIENT   FastpathFpCounter = 32
+	FastpathFpCounterFP_C_MAX                  FastpathFpCounter = 33
 )
 
 type FastpathFpEnums struct {
