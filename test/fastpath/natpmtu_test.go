@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,20 +48,10 @@ func TestNATPathMTU(t *testing.T) {
 	client := l.netns("client", false)
 	node := l.netns("node", true)
 	be := l.netns("b1", false)
-	clientIf, nodeIf := l.id+"c", l.id+"nc"
-	l.veth(end{client, clientIf, []netip.Prefix{pfx(client4, 24), pfx(client6, 64)}},
-		end{node, nodeIf, []netip.Prefix{pfx(gw4, 24), pfx(gw6, 64)}}, 1500)
-	client.ip("route", "add", "default", "via", gw4.String())
-	client.ip("-6", "route", "add", "default", "via", gw6.String())
+	clientIf, nodeIf := linkClient(l, client, node)
 	l.attachPass(client, clientIf)
 	node.addAddr("lo", pfx(node4, 32), pfx(node6, 128))
-
-	nodeDev, beDev := l.id+"n1", l.id+"b1"
-	be4, be6 := backendLink4(1, 2), backendLink6(1, 2)
-	l.veth(end{node, nodeDev, []netip.Prefix{pfx(backendLink4(1, 1), 24), pfx(backendLink6(1, 1), 64)}},
-		end{be, beDev, []netip.Prefix{pfx(be4, 24), pfx(be6, 64)}}, 1500)
-	be.ip("route", "add", "default", "via", backendLink4(1, 1).String())
-	be.ip("-6", "route", "add", "default", "via", backendLink6(1, 1).String())
+	nodeDev, beDev, be4, be6 := linkBackend(l, node, be, 1500)
 	l.attachPass(be, beDev)
 	serveUploads(t, be)
 	data := make([]byte, 1<<20)
@@ -122,14 +111,7 @@ func TestNATPathMTU(t *testing.T) {
 			d := diff(before, fp.counters(t))
 			d.grew(t, "icmp_too_big_sent", "nat_reply")
 			d.still(t, "drop_frag_needed")
-			family := "-4"
-			if tc.dst.Is6() {
-				family = "-6"
-			}
-			route := tc.learner.exec("ip", family, "route", "get", tc.dst.String())
-			if !strings.Contains(route, fmt.Sprintf(" mtu %d", smallMTU)) {
-				t.Errorf("%s's route to %s has not learned the path MTU %d:\n%s", tc.learner.name, tc.dst, smallMTU, route)
-			}
+			wantPathMTU(t, tc.learner, tc.dst, smallMTU)
 		})
 	}
 }
@@ -158,50 +140,7 @@ func download(t *testing.T, n *netNS, vip netip.AddrPort, want []byte) {
 // serveDownloads accepts TCP connections on downloadPort in namespace n
 // and sends each data, then closes it.
 func serveDownloads(t *testing.T, n *netNS, data []byte) {
-	t.Helper()
-	var ln net.Listener
-	n.must(func() error {
-		var err error
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", downloadPort))
-		return err
-	})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := map[net.Conn]struct{}{}
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = struct{}{}
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() {
-					mu.Lock()
-					delete(conns, c)
-					mu.Unlock()
-					_ = c.Close()
-				}()
-				_ = c.SetDeadline(time.Now().Add(patience))
-				_, _ = c.Write(data)
-			}()
-		}
-	}()
+	serveTCP(t, n, downloadPort, func(c net.Conn) { _, _ = c.Write(data) })
 }
 
 // TestNATRouterPathMTU downloads 1 MiB over TCP through a NAT (SNAT) VIP,
@@ -242,12 +181,7 @@ func TestNATRouterPathMTU(t *testing.T) {
 	node.ip("-6", "route", "add", pfx(client6, 64).Masked().String(), "via", routerNode6.String())
 	node.addAddr("lo", pfx(node4, 32), pfx(node6, 128))
 
-	nodeDev, beDev := l.id+"n1", l.id+"b1"
-	be4, be6 := backendLink4(1, 2), backendLink6(1, 2)
-	l.veth(end{node, nodeDev, []netip.Prefix{pfx(backendLink4(1, 1), 24), pfx(backendLink6(1, 1), 64)}},
-		end{be, beDev, []netip.Prefix{pfx(be4, 24), pfx(be6, 64)}}, 1500)
-	be.ip("route", "add", "default", "via", backendLink4(1, 1).String())
-	be.ip("-6", "route", "add", "default", "via", backendLink6(1, 1).String())
+	nodeDev, beDev, be4, be6 := linkBackend(l, node, be, 1500)
 	l.attachPass(be, beDev)
 	data := make([]byte, 1<<20)
 	if _, err := rand.Read(data); err != nil {
@@ -275,14 +209,7 @@ func TestNATRouterPathMTU(t *testing.T) {
 			d := diff(before, fp.counters(t))
 			d.grew(t, "icmp_nat_to_backend", "nat_reply")
 			d.still(t, "drop_frag_needed", "icmp_too_big_sent")
-			family := "-4"
-			if tc.node.Is6() {
-				family = "-6"
-			}
-			route := be.exec("ip", family, "route", "get", tc.node.String())
-			if !strings.Contains(route, fmt.Sprintf(" mtu %d", smallMTU)) {
-				t.Errorf("the backend's route to %s has not learned the path MTU %d:\n%s", tc.node, smallMTU, route)
-			}
+			wantPathMTU(t, be, tc.node, smallMTU)
 		})
 	}
 }

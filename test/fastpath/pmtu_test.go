@@ -41,20 +41,10 @@ func TestDSRPathMTU(t *testing.T) {
 	client := l.netns("client", false)
 	node := l.netns("node", true)
 	be := l.netns("b1", false)
-	clientIf, nodeIf := l.id+"c", l.id+"nc"
-	l.veth(end{client, clientIf, []netip.Prefix{pfx(client4, 24), pfx(client6, 64)}},
-		end{node, nodeIf, []netip.Prefix{pfx(gw4, 24), pfx(gw6, 64)}}, 1500)
-	client.ip("route", "add", "default", "via", gw4.String())
-	client.ip("-6", "route", "add", "default", "via", gw6.String())
+	clientIf, nodeIf := linkClient(l, client, node)
 	l.attachPass(client, clientIf)
 	node.addAddr("lo", pfx(node4, 32), pfx(node6, 128))
-
-	nodeDev, beDev := l.id+"n1", l.id+"b1"
-	be4, be6 := backendLink4(1, 2), backendLink6(1, 2)
-	l.veth(end{node, nodeDev, []netip.Prefix{pfx(backendLink4(1, 1), 24), pfx(backendLink6(1, 1), 64)}},
-		end{be, beDev, []netip.Prefix{pfx(be4, 24), pfx(be6, 64)}}, backendMTU)
-	be.ip("route", "add", "default", "via", backendLink4(1, 1).String())
-	be.ip("-6", "route", "add", "default", "via", backendLink6(1, 1).String())
+	nodeDev, beDev, be4, be6 := linkBackend(l, node, be, backendMTU)
 	be.addAddr("lo", pfx(vip4, 32), pfx(vip6, 128))
 	l.attachDecap(be, beDev)
 	serveUploads(t, be)
@@ -82,14 +72,7 @@ func TestDSRPathMTU(t *testing.T) {
 			d := diff(before, fp.counters(t))
 			d.grew(t, "icmp_too_big_sent", "redirect")
 			d.still(t, "drop_frag_needed")
-			family := "-4"
-			if tc.vip.Is6() {
-				family = "-6"
-			}
-			route := client.exec("ip", family, "route", "get", tc.vip.String())
-			if !strings.Contains(route, fmt.Sprintf(" mtu %d", tc.mtu)) {
-				t.Errorf("the client's route to %s has not learned the path MTU %d:\n%s", tc.vip, tc.mtu, route)
-			}
+			wantPathMTU(t, client, tc.vip, tc.mtu)
 		})
 	}
 }
@@ -132,11 +115,25 @@ func upload(t *testing.T, n *netNS, vip netip.AddrPort, size int) {
 // answers each, once the client half-closes, with the count and SHA-256
 // of the bytes it sent.
 func serveUploads(t *testing.T, n *netNS) {
+	serveTCP(t, n, uploadPort, func(c net.Conn) {
+		h := sha256.New()
+		size, err := io.Copy(h, c)
+		if err != nil {
+			return
+		}
+		_, _ = fmt.Fprintf(c, "%d %s\n", size, hex.EncodeToString(h.Sum(nil)))
+	})
+}
+
+// serveTCP accepts TCP connections on port in namespace n and runs handle
+// on each, until the test ends; it then closes the listener and every
+// connection still open and waits for the handlers.
+func serveTCP(t *testing.T, n *netNS, port uint16, handle func(net.Conn)) {
 	t.Helper()
 	var ln net.Listener
 	n.must(func() error {
 		var err error
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", uploadPort))
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 		return err
 	})
 	var wg sync.WaitGroup
@@ -151,9 +148,7 @@ func serveUploads(t *testing.T, n *netNS) {
 		mu.Unlock()
 		wg.Wait()
 	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -162,22 +157,55 @@ func serveUploads(t *testing.T, n *netNS) {
 			mu.Lock()
 			conns[c] = struct{}{}
 			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				defer func() {
 					mu.Lock()
 					delete(conns, c)
 					mu.Unlock()
 					_ = c.Close()
 				}()
-				h := sha256.New()
-				size, err := io.Copy(h, c)
-				if err != nil {
-					return
-				}
-				_, _ = fmt.Fprintf(c, "%d %s\n", size, hex.EncodeToString(h.Sum(nil)))
-			}()
+				_ = c.SetDeadline(time.Now().Add(patience))
+				handle(c)
+			})
 		}
-	}()
+	})
+}
+
+// linkClient links namespace client to peer (its gateway: gw4, gw6) with
+// MTU 1500 and routes the client's traffic through it; it returns the
+// client's and the peer's interface.
+func linkClient(l *lab, client, peer *netNS) (clientIf, peerIf string) {
+	clientIf, peerIf = l.id+"c", l.id+"nc"
+	l.veth(end{client, clientIf, []netip.Prefix{pfx(client4, 24), pfx(client6, 64)}},
+		end{peer, peerIf, []netip.Prefix{pfx(gw4, 24), pfx(gw6, 64)}}, 1500)
+	client.ip("route", "add", "default", "via", gw4.String())
+	client.ip("-6", "route", "add", "default", "via", gw6.String())
+	return clientIf, peerIf
+}
+
+// linkBackend links node to backend namespace be with the given MTU and
+// routes be's traffic through node; it returns node's and be's interface
+// and be's addresses.
+func linkBackend(l *lab, node, be *netNS, mtu int) (nodeDev, beDev string, be4, be6 netip.Addr) {
+	nodeDev, beDev = l.id+"n1", l.id+"b1"
+	be4, be6 = backendLink4(1, 2), backendLink6(1, 2)
+	l.veth(end{node, nodeDev, []netip.Prefix{pfx(backendLink4(1, 1), 24), pfx(backendLink6(1, 1), 64)}},
+		end{be, beDev, []netip.Prefix{pfx(be4, 24), pfx(be6, 64)}}, mtu)
+	be.ip("route", "add", "default", "via", backendLink4(1, 1).String())
+	be.ip("-6", "route", "add", "default", "via", backendLink6(1, 1).String())
+	return nodeDev, beDev, be4, be6
+}
+
+// wantPathMTU checks that namespace n's route to dst learned the path MTU
+// mtu (from an ICMP "fragmentation needed" / "packet too big").
+func wantPathMTU(t *testing.T, n *netNS, dst netip.Addr, mtu int) {
+	t.Helper()
+	family := "-4"
+	if dst.Is6() {
+		family = "-6"
+	}
+	route := n.exec("ip", family, "route", "get", dst.String())
+	if !strings.Contains(route, fmt.Sprintf(" mtu %d", mtu)) {
+		t.Errorf("%s's route to %s has not learned the path MTU %d:\n%s", n.name, dst, mtu, route)
+	}
 }
