@@ -1121,3 +1121,17 @@ func (n *progNet) pinCPU(t testing.TB) {
 		t.Fatalf("pin the test thread to CPU 0: %v", err)
 	}
 }
+
+// inBothModes runs fn as two subtests: with the program as the agent runs
+// it (prefilter, VIP copies in conntrack) and without them, named
+// "<name> (legacy)".
+func inBothModes(t *testing.T, n *progNet, name string, fn func(t *testing.T, e *progEnv)) {
+	t.Helper()
+	for _, legacy := range []bool{false, true} {
+		sub := name
+		if legacy {
+			sub += " (legacy)"
+		}
+		t.Run(sub, func(t *testing.T) { fn(t, newProgEnvMode(t, n, progSmallTables, legacy)) })
+	}
+}

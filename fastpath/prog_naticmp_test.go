@@ -182,67 +182,60 @@ func TestProgNATICMPErrors(t *testing.T) {
 			verdict: xdpPass, counters: counts{cRX: 1, cPassICMP: 1},
 		},
 	} {
-		for _, legacy := range []bool{false, true} {
-			name := tc.name
-			if legacy {
-				name += " (legacy)"
+		inBothModes(t, n, tc.name, func(t *testing.T, e *progEnv) {
+			e.addFastVIP(progVIP{addr: tc.client.dst, port: vport, proto: tc.client.proto, id: 1, forward: tc.forward}, tc.be)
+			e.addAddrEntry(tc.client.dst, 0)
+			f := flow{client: tc.client, be: tc.be, nodeAddr: tc.client.src}
+			first := tc.client
+			first.payload = []byte("first")
+			v, out := e.run(first.frame(t))
+			if v != xdpTX {
+				t.Fatalf("client packet: verdict %v, want XDP_TX", v)
 			}
-			t.Run(name, func(t *testing.T) {
-				e := newProgEnvMode(t, n, progSmallTables, legacy)
-				e.addFastVIP(progVIP{addr: tc.client.dst, port: vport, proto: tc.client.proto, id: 1, forward: tc.forward}, tc.be)
-				e.addAddrEntry(tc.client.dst, 0)
-				f := flow{client: tc.client, be: tc.be, nodeAddr: tc.client.src}
-				first := tc.client
-				first.payload = []byte("first")
-				v, out := e.run(first.frame(t))
-				if v != xdpTX {
-					t.Fatalf("client packet: verdict %v, want XDP_TX", v)
+			if tc.forward == fwdNAT {
+				f.natPort, _ = decodeFrame(t, out).ports()
+				f.nodeAddr = progNode4
+				if tc.client.src.Is6() {
+					f.nodeAddr = progNode6
 				}
-				if tc.forward == fwdNAT {
-					f.natPort, _ = decodeFrame(t, out).ports()
-					f.nodeAddr = progNode4
-					if tc.client.src.Is6() {
-						f.nodeAddr = progNode6
-					}
+			}
+			in := tc.in(f).frame(t)
+			before := e.counters()
+			v, out = e.run(in)
+			if v != tc.verdict {
+				t.Fatalf("verdict %v, want %v", v, tc.verdict)
+			}
+			e.wantCounters(before, tc.counters)
+			if tc.want == nil {
+				if !bytes.Equal(out[:len(in)], in) {
+					t.Errorf("a passed error was changed:\n got %x\nwant %x", out[:len(in)], in)
 				}
-				in := tc.in(f).frame(t)
-				before := e.counters()
-				v, out = e.run(in)
-				if v != tc.verdict {
-					t.Fatalf("verdict %v, want %v", v, tc.verdict)
+				return
+			}
+			wantMACs(t, out, tc.macs[0], tc.macs[1])
+			want := tc.want(f).frame(t)
+			if len(out) < len(want) {
+				t.Fatalf("output of %d bytes, want %d", len(out), len(want))
+			}
+			l2 := progL2Len(want)
+			got := out[l2:len(want)]
+			if _, err := checkChecksums(got); err != nil {
+				t.Errorf("output checksums: %v", err)
+			}
+			// The quoted IP header's checksum, checked on its own.
+			hdr := 20
+			if got[0]>>4 == 6 {
+				hdr = 40
+			}
+			quote := got[hdr+8:]
+			if quote[0]>>4 == 4 {
+				if csumFold16(csumAdd16(0, quote[:int(quote[0]&0xf)*4])) != 0xffff {
+					t.Errorf("the quoted IPv4 header's checksum %#04x is wrong", binary.BigEndian.Uint16(quote[10:]))
 				}
-				e.wantCounters(before, tc.counters)
-				if tc.want == nil {
-					if !bytes.Equal(out[:len(in)], in) {
-						t.Errorf("a passed error was changed:\n got %x\nwant %x", out[:len(in)], in)
-					}
-					return
-				}
-				wantMACs(t, out, tc.macs[0], tc.macs[1])
-				want := tc.want(f).frame(t)
-				if len(out) < len(want) {
-					t.Fatalf("output of %d bytes, want %d", len(out), len(want))
-				}
-				l2 := progL2Len(want)
-				got := out[l2:len(want)]
-				if _, err := checkChecksums(got); err != nil {
-					t.Errorf("output checksums: %v", err)
-				}
-				// The quoted IP header's checksum, checked on its own.
-				hdr := 20
-				if got[0]>>4 == 6 {
-					hdr = 40
-				}
-				quote := got[hdr+8:]
-				if quote[0]>>4 == 4 {
-					if csumFold16(csumAdd16(0, quote[:int(quote[0]&0xf)*4])) != 0xffff {
-						t.Errorf("the quoted IPv4 header's checksum %#04x is wrong", binary.BigEndian.Uint16(quote[10:]))
-					}
-				}
-				if !bytes.Equal(got, want[l2:]) {
-					t.Errorf("forwarded error differs from the one the other side would get:\n got %x\nwant %x", got, want[l2:])
-				}
-			})
-		}
+			}
+			if !bytes.Equal(got, want[l2:]) {
+				t.Errorf("forwarded error differs from the one the other side would get:\n got %x\nwant %x", got, want[l2:])
+			}
+		})
 	}
 }

@@ -162,50 +162,43 @@ func TestProgNATTooBig(t *testing.T) {
 			want: xdpTX, counters: counts{cRX: 1, cNATReply: 1, cTX: 1},
 		},
 	} {
-		for _, legacy := range []bool{false, true} {
-			name := tc.name
-			if legacy {
-				name += " (legacy)"
-			}
-			t.Run(name, func(t *testing.T) {
-				e := newProgEnvMode(t, n, progSmallTables, legacy)
-				e.addFastVIP(progVIP{addr: tc.client.dst, port: vport, proto: tc.client.proto, id: 1, forward: tc.forward}, tc.be)
-				frame := tc.client.frame(t)
-				if tc.reply != nil {
-					v, out := e.run(frame)
-					if v != xdpTX {
-						t.Fatalf("client packet: verdict %v, want XDP_TX", v)
-					}
-					var natPort uint16
-					if tc.forward == fwdNAT {
-						natPort, _ = decodeFrame(t, out).ports()
-					}
-					frame = tc.reply(tc.be, tc.client, natPort).frame(t)
-				}
-				before := e.counters()
+		inBothModes(t, n, tc.name, func(t *testing.T, e *progEnv) {
+			e.addFastVIP(progVIP{addr: tc.client.dst, port: vport, proto: tc.client.proto, id: 1, forward: tc.forward}, tc.be)
+			frame := tc.client.frame(t)
+			if tc.reply != nil {
 				v, out := e.run(frame)
-				if v != tc.want {
-					t.Fatalf("verdict %v, want %v", v, tc.want)
+				if v != xdpTX {
+					t.Fatalf("client packet: verdict %v, want XDP_TX", v)
 				}
-				e.wantCounters(before, tc.counters)
-				if tc.mtu == 0 {
-					return
+				var natPort uint16
+				if tc.forward == fwdNAT {
+					natPort, _ = decodeFrame(t, out).ports()
 				}
-				wantTooBigFrom(t, frame, out, tc.mtu, tc.from)
-				// The quote is the sender's packet byte for byte (checked
-				// above); a whole one must also check out on its own.
-				d := decodeFrame(t, out)
-				hdr := 20
-				if d.ip6 != nil {
-					hdr = 40
+				frame = tc.reply(tc.be, tc.client, natPort).frame(t)
+			}
+			before := e.counters()
+			v, out := e.run(frame)
+			if v != tc.want {
+				t.Fatalf("verdict %v, want %v", v, tc.want)
+			}
+			e.wantCounters(before, tc.counters)
+			if tc.mtu == 0 {
+				return
+			}
+			wantTooBigFrom(t, frame, out, tc.mtu, tc.from)
+			// The quote is the sender's packet byte for byte (checked
+			// above); a whole one must also check out on its own.
+			d := decodeFrame(t, out)
+			hdr := 20
+			if d.ip6 != nil {
+				hdr = 40
+			}
+			quote := d.l3[hdr+8:]
+			if len(quote) == len(frame)-progL2Len(frame) {
+				if _, err := checkChecksums(quote); err != nil {
+					t.Errorf("the quoted packet's checksums: %v", err)
 				}
-				quote := d.l3[hdr+8:]
-				if len(quote) == len(frame)-progL2Len(frame) {
-					if _, err := checkChecksums(quote); err != nil {
-						t.Errorf("the quoted packet's checksums: %v", err)
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }

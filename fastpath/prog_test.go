@@ -439,40 +439,33 @@ func TestProgVerdicts(t *testing.T) {
 	} {
 		// Every case as the agent runs the program (prefilter, VIP copies
 		// in conntrack) and without them.
-		for _, legacy := range []bool{false, true} {
-			name := tc.name
-			if legacy {
-				name += " (legacy)"
+		inBothModes(t, n, tc.name, func(t *testing.T, e *progEnv) {
+			if tc.setup != nil {
+				tc.setup(e)
 			}
-			t.Run(name, func(t *testing.T) {
-				e := newProgEnvMode(t, n, progSmallTables, legacy)
-				if tc.setup != nil {
-					tc.setup(e)
+			var frame []byte
+			if tc.raw != nil {
+				frame = tc.raw(t)
+			} else {
+				frame = tc.pkt.frame(t)
+			}
+			v, out := e.run(frame)
+			if v != tc.want {
+				t.Errorf("verdict %v, want %v", v, tc.want)
+			}
+			e.wantCounters(nil, tc.counters)
+			if tc.check != nil {
+				tc.check(t, frame, out)
+			}
+			if tc.macs[0] != nil && len(out) >= 12 {
+				if got := net.HardwareAddr(out[0:6]); got.String() != tc.macs[0].String() {
+					t.Errorf("destination MAC %v, want %v", got, tc.macs[0])
 				}
-				var frame []byte
-				if tc.raw != nil {
-					frame = tc.raw(t)
-				} else {
-					frame = tc.pkt.frame(t)
+				if got := net.HardwareAddr(out[6:12]); got.String() != tc.macs[1].String() {
+					t.Errorf("source MAC %v, want %v", got, tc.macs[1])
 				}
-				v, out := e.run(frame)
-				if v != tc.want {
-					t.Errorf("verdict %v, want %v", v, tc.want)
-				}
-				e.wantCounters(nil, tc.counters)
-				if tc.check != nil {
-					tc.check(t, frame, out)
-				}
-				if tc.macs[0] != nil && len(out) >= 12 {
-					if got := net.HardwareAddr(out[0:6]); got.String() != tc.macs[0].String() {
-						t.Errorf("destination MAC %v, want %v", got, tc.macs[0])
-					}
-					if got := net.HardwareAddr(out[6:12]); got.String() != tc.macs[1].String() {
-						t.Errorf("source MAC %v, want %v", got, tc.macs[1])
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }
 
