@@ -35,6 +35,7 @@ func Build(in *Input, opts Options) (*pb.ConfigSnapshot, diag.List) {
 	b.buildRoutes()
 	b.buildPlan()
 	b.servicePlan()
+	b.lineagePlan()
 	b.buildNode()
 	return b.assemble()
 }

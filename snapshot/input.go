@@ -10,6 +10,7 @@ import (
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
 	"github.com/novaedge/novaedge/diag"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
 // Input is every resource a snapshot is built from. The controller fills it
@@ -57,6 +58,11 @@ type Decisions struct {
 	// endpoint to the verdict of active probes. Endpoints without an entry
 	// are judged by their EndpointSlice conditions alone.
 	EndpointHealth map[string]bool
+	// MaglevLineage maps a FAST plan entry (PlanKey) to the Maglev table
+	// its next table is built from (fastpath/lineage). Entries whose
+	// endpoints differ between nodes (externalTrafficPolicy Local) never
+	// get one.
+	MaglevLineage map[string]*pb.MaglevLineage
 }
 
 // Assignment is who serves one VIP.

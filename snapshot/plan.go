@@ -54,6 +54,35 @@ func (b *builder) buildPlan() {
 	})
 }
 
+// PlanKey names a plan entry by what the fast path matches: "address:port/
+// protocol", e.g. "192.0.2.10:443/tcp" or "[2001:db8::1]:53/udp". The
+// leader persists Maglev lineages under it.
+func PlanKey(e *pb.PlanEntry) string {
+	proto := "tcp"
+	if e.GetProtocol() == pb.L4Protocol_L4_PROTOCOL_UDP {
+		proto = "udp"
+	}
+	a, err := netip.ParseAddr(e.GetAddress())
+	if err != nil {
+		return fmt.Sprintf("%s:%d/%s", e.GetAddress(), e.GetPort(), proto)
+	}
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(a.Unmap(), uint16(e.GetPort())), proto)
+}
+
+// lineagePlan gives every cluster-wide FAST entry the Maglev lineage the
+// leader persisted for it.
+func (b *builder) lineagePlan() {
+	d := b.in.Decisions
+	if d == nil || len(d.MaglevLineage) == 0 {
+		return
+	}
+	for _, e := range b.plan {
+		if e.Path == pb.DataPath_DATA_PATH_FAST && !e.NodeLocal {
+			e.Lineage = d.MaglevLineage[PlanKey(e)]
+		}
+	}
+}
+
 // decide returns the path of a listener, why, and for FAST the table input
 // and the route it comes from.
 func (b *builder) decide(l *listenerEntry) (pb.DataPath, []string, []*pb.Endpoint, *pb.Route) {

@@ -713,24 +713,28 @@ func (b *builder) buildServicePort(v *vipEntry, m *svcEntry, p svcPort) {
 }
 
 // servicePlan marks the plan entries of Services with ClientIP session
-// affinity.
+// affinity, and those of Services with externalTrafficPolicy Local as
+// node-local.
 func (b *builder) servicePlan() {
-	affine := map[string]*svcEntry{}
+	members := map[string]*svcEntry{}
 	for _, v := range b.vips {
 		if v.svc == nil || !v.accepted {
 			continue
 		}
 		for _, m := range v.svc.members {
-			if m.affinity != pb.Affinity_AFFINITY_NONE {
-				for _, p := range m.ports {
-					affine[svcPortName(m, p)] = m
-				}
+			for _, p := range m.ports {
+				members[svcPortName(m, p)] = m
 			}
 		}
 	}
 	for _, e := range b.plan {
-		if m := affine[e.Listener]; m != nil && e.Path == pb.DataPath_DATA_PATH_FAST {
+		m := members[e.Listener]
+		if m == nil || e.Path != pb.DataPath_DATA_PATH_FAST {
+			continue
+		}
+		if m.affinity != pb.Affinity_AFFINITY_NONE {
 			e.Affinity, e.AffinityTimeoutS = m.affinity, m.affinityTTL
 		}
+		e.NodeLocal = m.local
 	}
 }

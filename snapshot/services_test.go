@@ -550,11 +550,24 @@ func TestServiceExternalTrafficPolicyLocal(t *testing.T) {
 			"Service/shop/web": {Active: "node-b", Standbys: []string{"node-a"}},
 		},
 	}
+	// The leader persisted a lineage under both keys (a Service may have
+	// changed its policy since): only the cluster-wide entry carries it.
+	lin := &pb.MaglevLineage{Size: 251, Backends: []string{"10.244.1.10:8080"}, Slots: make([]byte, 32)}
+	in.Decisions.MaglevLineage = map[string]*pb.MaglevLineage{"10.50.0.20:80/tcp": lin, "10.50.0.10:80/tcp": lin}
 	build := func(node string) *pb.ConfigSnapshot {
 		s, _ := Build(in, Options{Node: Node{Name: node}, ClusterComplete: true})
 		return s
 	}
 	a, b := build("node-a"), build("node-b")
+	for _, s := range []*pb.ConfigSnapshot{a, b} {
+		local, web := planFor(s, port), planFor(s, "Service/shop/web/tcp-80")
+		if len(local) != 1 || !local[0].GetNodeLocal() || local[0].GetLineage() != nil {
+			t.Errorf("%s: Local entry %v: want node_local and no lineage", s.GetNode().GetNodeName(), local)
+		}
+		if len(web) != 1 || web[0].GetNodeLocal() || !proto.Equal(web[0].GetLineage(), lin) || PlanKey(web[0]) != "10.50.0.10:80/tcp" {
+			t.Errorf("%s: Cluster entry %v: want the persisted lineage", s.GetNode().GetNodeName(), web)
+		}
+	}
 	keep := &pb.Forwarding{Mode: pb.ForwardingMode_FORWARDING_MODE_NAT, PreserveClientIp: true}
 	for _, tc := range []struct {
 		s    *pb.ConfigSnapshot

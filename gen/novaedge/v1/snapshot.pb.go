@@ -4102,8 +4102,19 @@ type PlanEntry struct {
 	// flow, in seconds (a Service's
 	// sessionAffinityConfig.clientIP.timeoutSeconds, 10800 by default).
 	AffinityTimeoutS uint32 `protobuf:"varint,11,opt,name=affinity_timeout_s,json=affinityTimeoutS,proto3" json:"affinity_timeout_s,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// True when endpoints lists only the endpoints on the node this snapshot
+	// is for (a Service with externalTrafficPolicy Local): the entry's table
+	// differs between nodes, and it never carries a lineage.
+	NodeLocal bool `protobuf:"varint,12,opt,name=node_local,json=nodeLocal,proto3" json:"node_local,omitempty"`
+	// FAST only: the Maglev table the entry's next table is built from
+	// (minimal disruption: a backend that leaves takes only its own slots
+	// with it), decided and persisted by the leader controller so that every
+	// node, whatever snapshots it saw before, builds the same table. Unset:
+	// the table depends on the endpoints alone (plain Maglev), or on the
+	// node's installed table where the agent runs with --maglev-lineage.
+	Lineage       *MaglevLineage `protobuf:"bytes,13,opt,name=lineage,proto3" json:"lineage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanEntry) Reset() {
@@ -4213,6 +4224,89 @@ func (x *PlanEntry) GetAffinityTimeoutS() uint32 {
 	return 0
 }
 
+func (x *PlanEntry) GetNodeLocal() bool {
+	if x != nil {
+		return x.NodeLocal
+	}
+	return false
+}
+
+func (x *PlanEntry) GetLineage() *MaglevLineage {
+	if x != nil {
+		return x.Lineage
+	}
+	return nil
+}
+
+// MaglevLineage is a Maglev table, compact: the backends it names and, per
+// slot, which of them owns it.
+type MaglevLineage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Size is the table size M, a prime (65537 by default). An agent whose
+	// table size differs ignores the lineage.
+	Size uint32 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// Backends named by the table, "address:port" (netip.AddrPort form),
+	// sorted and unique; at most 65536.
+	Backends []string `protobuf:"bytes,2,rep,name=backends,proto3" json:"backends,omitempty"`
+	// Slots holds `size` indices into backends, each the smallest whole
+	// number of bits that can hold len(backends) - 1 (at least 1), packed
+	// least significant bit first.
+	Slots         []byte `protobuf:"bytes,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MaglevLineage) Reset() {
+	*x = MaglevLineage{}
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MaglevLineage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MaglevLineage) ProtoMessage() {}
+
+func (x *MaglevLineage) ProtoReflect() protoreflect.Message {
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MaglevLineage.ProtoReflect.Descriptor instead.
+func (*MaglevLineage) Descriptor() ([]byte, []int) {
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *MaglevLineage) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *MaglevLineage) GetBackends() []string {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+func (x *MaglevLineage) GetSlots() []byte {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
 type Diagnostic struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Severity      Severity               `protobuf:"varint,1,opt,name=severity,proto3,enum=novaedge.v1.Severity" json:"severity,omitempty"`
@@ -4229,7 +4323,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[41]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4335,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_novaedge_v1_snapshot_proto_msgTypes[41]
+	mi := &file_novaedge_v1_snapshot_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4348,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{41}
+	return file_novaedge_v1_snapshot_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Diagnostic) GetSeverity() Severity {
@@ -4613,7 +4707,7 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"\bcert_pem\x18\x02 \x01(\fR\acertPem\x12\x17\n" +
 	"\akey_pem\x18\x03 \x01(\fR\x06keyPem\x12\x1b\n" +
 	"\tdns_names\x18\x04 \x03(\tR\bdnsNames\x12\x1b\n" +
-	"\tnot_after\x18\x05 \x01(\x03R\bnotAfter\"\xb0\x03\n" +
+	"\tnot_after\x18\x05 \x01(\x03R\bnotAfter\"\x85\x04\n" +
 	"\tPlanEntry\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\tR\x03vip\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -4628,7 +4722,14 @@ const file_novaedge_v1_snapshot_proto_rawDesc = "" +
 	"forwarding\x121\n" +
 	"\baffinity\x18\n" +
 	" \x01(\x0e2\x15.novaedge.v1.AffinityR\baffinity\x12,\n" +
-	"\x12affinity_timeout_s\x18\v \x01(\rR\x10affinityTimeoutS\"\xdd\x01\n" +
+	"\x12affinity_timeout_s\x18\v \x01(\rR\x10affinityTimeoutS\x12\x1d\n" +
+	"\n" +
+	"node_local\x18\f \x01(\bR\tnodeLocal\x124\n" +
+	"\alineage\x18\r \x01(\v2\x1a.novaedge.v1.MaglevLineageR\alineage\"U\n" +
+	"\rMaglevLineage\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\rR\x04size\x12\x1a\n" +
+	"\bbackends\x18\x02 \x03(\tR\bbackends\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\fR\x05slots\"\xdd\x01\n" +
 	"\n" +
 	"Diagnostic\x121\n" +
 	"\bseverity\x18\x01 \x01(\x0e2\x15.novaedge.v1.SeverityR\bseverity\x12\x12\n" +
@@ -4721,7 +4822,7 @@ func file_novaedge_v1_snapshot_proto_rawDescGZIP() []byte {
 }
 
 var file_novaedge_v1_snapshot_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_novaedge_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(VIPMode)(0),             // 0: novaedge.v1.VIPMode
 	(ForwardingMode)(0),      // 1: novaedge.v1.ForwardingMode
@@ -4777,13 +4878,14 @@ var file_novaedge_v1_snapshot_proto_goTypes = []any{
 	(*IPFilterPolicy)(nil),   // 51: novaedge.v1.IPFilterPolicy
 	(*Certificate)(nil),      // 52: novaedge.v1.Certificate
 	(*PlanEntry)(nil),        // 53: novaedge.v1.PlanEntry
-	(*Diagnostic)(nil),       // 54: novaedge.v1.Diagnostic
-	nil,                      // 55: novaedge.v1.VIPAssignment.NodeAddressesEntry
+	(*MaglevLineage)(nil),    // 54: novaedge.v1.MaglevLineage
+	(*Diagnostic)(nil),       // 55: novaedge.v1.Diagnostic
+	nil,                      // 56: novaedge.v1.VIPAssignment.NodeAddressesEntry
 }
 var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
 	14, // 0: novaedge.v1.ConfigSnapshot.cluster:type_name -> novaedge.v1.ClusterConfig
 	15, // 1: novaedge.v1.ConfigSnapshot.node:type_name -> novaedge.v1.NodeConfig
-	54, // 2: novaedge.v1.ConfigSnapshot.diagnostics:type_name -> novaedge.v1.Diagnostic
+	55, // 2: novaedge.v1.ConfigSnapshot.diagnostics:type_name -> novaedge.v1.Diagnostic
 	16, // 3: novaedge.v1.ClusterConfig.vips:type_name -> novaedge.v1.VIP
 	23, // 4: novaedge.v1.ClusterConfig.listeners:type_name -> novaedge.v1.Listener
 	27, // 5: novaedge.v1.ClusterConfig.routes:type_name -> novaedge.v1.Route
@@ -4801,7 +4903,7 @@ var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
 	19, // 17: novaedge.v1.VIPAssignment.bgp:type_name -> novaedge.v1.BGPAnnouncement
 	21, // 18: novaedge.v1.VIPAssignment.ospf:type_name -> novaedge.v1.OSPFAnnouncement
 	22, // 19: novaedge.v1.VIPAssignment.bfd:type_name -> novaedge.v1.BFD
-	55, // 20: novaedge.v1.VIPAssignment.node_addresses:type_name -> novaedge.v1.VIPAssignment.NodeAddressesEntry
+	56, // 20: novaedge.v1.VIPAssignment.node_addresses:type_name -> novaedge.v1.VIPAssignment.NodeAddressesEntry
 	20, // 21: novaedge.v1.BGPAnnouncement.peers:type_name -> novaedge.v1.BGPPeer
 	4,  // 22: novaedge.v1.Listener.protocol:type_name -> novaedge.v1.Protocol
 	24, // 23: novaedge.v1.Listener.tls:type_name -> novaedge.v1.ListenerTLS
@@ -4844,12 +4946,13 @@ var file_novaedge_v1_snapshot_proto_depIdxs = []int32{
 	44, // 60: novaedge.v1.PlanEntry.endpoints:type_name -> novaedge.v1.Endpoint
 	17, // 61: novaedge.v1.PlanEntry.forwarding:type_name -> novaedge.v1.Forwarding
 	11, // 62: novaedge.v1.PlanEntry.affinity:type_name -> novaedge.v1.Affinity
-	12, // 63: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	54, // 63: novaedge.v1.PlanEntry.lineage:type_name -> novaedge.v1.MaglevLineage
+	12, // 64: novaedge.v1.Diagnostic.severity:type_name -> novaedge.v1.Severity
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_novaedge_v1_snapshot_proto_init() }
@@ -4876,7 +4979,7 @@ func file_novaedge_v1_snapshot_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_novaedge_v1_snapshot_proto_rawDesc), len(file_novaedge_v1_snapshot_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
