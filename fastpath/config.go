@@ -8,7 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/novaedge/novaedge/fastpath/lineage"
 	fastpathbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
 // Forward is what the program does with a VIP entry's packets.
@@ -86,6 +88,12 @@ type VIP struct {
 	ClientAffinity bool
 	// Backends of a fast entry; ignored for ForwardPass.
 	Backends []Backend
+	// Lineage is the table the entry's Maglev table is built from
+	// (maglev.BuildFrom), decided by the leader controller so that every
+	// node builds the same table; see package lineage. Nil: the table is
+	// built from the backends alone, or from the installed one with
+	// ManagerOptions.Lineage. A lineage of another table size is ignored.
+	Lineage *pb.MaglevLineage
 }
 
 // Backend is one endpoint of a fast VIP entry.
@@ -152,6 +160,11 @@ func (c *Config) Validate() error {
 		}
 		if v.Forward == ForwardPass {
 			continue
+		}
+		if v.Lineage != nil {
+			if err := lineage.Validate(v.Lineage); err != nil {
+				errs = append(errs, fmt.Errorf("%s: lineage: %w", where, err))
+			}
 		}
 		for j, b := range v.Backends {
 			bw := fmt.Sprintf("%s: backends[%d] %s", where, j, netip.AddrPortFrom(b.Addr, b.Port))

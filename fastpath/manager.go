@@ -12,8 +12,10 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/novaedge/novaedge/fastpath/flowhash"
+	"github.com/novaedge/novaedge/fastpath/lineage"
 	"github.com/novaedge/novaedge/fastpath/maglev"
 	fastpathbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
 // ManagerOptions configure a Manager. Zero values are the defaults.
@@ -440,7 +442,7 @@ func (m *Manager) compute(c Config, now time.Time) ([]plannedVIP, []newBackend, 
 				}
 				members = append(members, maglev.Backend{Key: bk.String(), Weight: w, ID: id})
 			}
-			t, err := m.build(old, members)
+			t, err := m.build(old, members, v.Lineage)
 			if err != nil {
 				return nil, nil, fmt.Errorf("VIP %s: maglev table: %w", vipString(v), err)
 			}
@@ -451,7 +453,10 @@ func (m *Manager) compute(c Config, now time.Time) ([]plannedVIP, []newBackend, 
 	return plan, fresh, nil
 }
 
-func (m *Manager) build(old *installedVIP, members []maglev.Backend) (maglev.Table, error) {
+// build returns the table of members: from the snapshot's lineage when it
+// carries one (the same table on every node), else from the installed
+// table with opts.Lineage, else from members alone.
+func (m *Manager) build(old *installedVIP, members []maglev.Backend, lin *pb.MaglevLineage) (maglev.Table, error) {
 	live := false
 	for _, b := range members {
 		if b.Weight > 0 {
@@ -464,13 +469,26 @@ func (m *Manager) build(old *installedVIP, members []maglev.Backend) (maglev.Tab
 		// (counted as no_backend) while tracked flows go on.
 		return make(maglev.Table, m.objs.MaglevSize), nil
 	}
-	var (
-		t   maglev.Table
-		err error
-	)
-	if m.opts.Lineage && old != nil && len(old.table) == int(m.objs.MaglevSize) {
+	var ids map[string]uint32
+	if lin != nil {
+		ids = make(map[string]uint32, len(members))
+		for _, b := range members {
+			ids[b.Key] = b.ID
+		}
+	}
+	var t maglev.Table
+	prev, err := lineage.Prev(lin, m.objs.MaglevSize, func(key string) (uint32, bool) {
+		id, ok := ids[key]
+		return id, ok
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("lineage: %w", err)
+	case prev != nil:
+		t, err = m.builder.BuildFrom(prev, members)
+	case m.opts.Lineage && old != nil && len(old.table) == int(m.objs.MaglevSize):
 		t, err = m.builder.BuildFrom(old.table, members)
-	} else {
+	default:
 		t, err = m.builder.Build(members)
 	}
 	if err != nil {

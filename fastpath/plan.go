@@ -49,6 +49,7 @@ func FromSnapshot(snap *pb.ConfigSnapshot, node Node) (Config, error) {
 			}
 			v.Forward, v.GUEPort = fwd, gue
 			v.ClientAffinity = e.GetAffinity() == pb.Affinity_AFFINITY_CLIENT_IP
+			v.Lineage = e.GetLineage()
 			for j, ep := range e.GetEndpoints() {
 				a, err := netip.ParseAddr(ep.GetAddress())
 				if err != nil || ep.GetPort() > 0xffff {

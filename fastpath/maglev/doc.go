@@ -58,7 +58,8 @@
 // A rebuild from scratch remaps about 1% of the slots (0.7% in the paper)
 // when one of 1000 backends leaves, ten times the 0.1% that left with it.
 // BuildFrom takes the
-// previous table, which the snapshot ships to every node, and:
+// previous table (with a controller, the leader's, which the snapshot ships
+// to every node: package lineage) and:
 //
 //  1. counts the slots each current backend (matched by ID) owns in it;
 //  2. computes the quotas as above, preferring those counts when rounding;
