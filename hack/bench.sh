@@ -31,6 +31,6 @@ assets="$(hack/envtest-assets.sh)"
 KUBEBUILDER_ASSETS="$assets" go run ./perf/controlplane -out perf/results -controller bin/novaedge-controller
 echo "== VIP failover: L2 SIGKILL of the active to the standby's ARP, BGP silence to FRR dropping the path with BFD 3 x 100/300 ms and without, beside FRR to FRR (perf/vipfailover)"
 go run ./perf/vipfailover -out perf/results -agent bin/novaedge-agent
-echo "== Go micro-benchmarks (router, balancers, proxy path, Maglev builder)"
-go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath ./fastpath/maglev | tee "perf/results/go-bench-$stamp.txt"
+echo "== Go micro-benchmarks (router, balancers, proxy path, Maglev builder and lineage)"
+go test -run '^$' -bench . -benchmem -benchtime 2s ./slowpath/router ./slowpath/lb ./slowpath ./fastpath/maglev ./fastpath/lineage | tee "perf/results/go-bench-$stamp.txt"
 echo "results in perf/results/"

@@ -19,6 +19,9 @@
 // the same on every node whatever its history; once the leader has
 // persisted the new table, building from it gives it back unchanged.
 //
+// Only entries with at least MinBackends live backends get a lineage
+// (Wanted): below that a table built from scratch is nearly minimal anyway.
+//
 // Members is the one place that says which endpoints of a plan entry get
 // slots and with which weight; the fast path's manager and the controller
 // both use it.

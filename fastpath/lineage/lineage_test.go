@@ -33,7 +33,7 @@ func renumber(bs []maglev.Backend) []maglev.Backend {
 }
 
 // keyed turns a lineage into its table of keys, slot by slot.
-func keyed(t *testing.T, l *pb.MaglevLineage) []string {
+func keyed(t testing.TB, l *pb.MaglevLineage) []string {
 	t.Helper()
 	id := map[string]uint32{}
 	for i, k := range l.GetBackends() {
@@ -342,5 +342,60 @@ func TestMembers(t *testing.T) {
 	}
 	if m := Member(netip.MustParseAddr("::ffff:1.2.3.4"), 9, 0, false); m.Key != "1.2.3.4:9" || m.Weight != 1 {
 		t.Errorf("Member = %+v", m)
+	}
+}
+
+// BenchmarkNext is the leader's (and every node's) cost of one change with
+// lineage: decode the previous table, build from it with one of N backends
+// gone, encode the result. It reports the share of slots that moved and
+// the encoded size the snapshot carries per FAST entry.
+func BenchmarkNext(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			bld, err := maglev.NewBuilder(maglev.DefaultSize)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bs := backends(n, 0)
+			prev, err := Next(bld, nil, bs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			less := renumber(slices.Delete(slices.Clone(bs), n/2, n/2+1))
+			var next *pb.MaglevLineage
+			for b.Loop() {
+				if next, err = Next(bld, prev, less); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(100*float64(moved(keyed(b, prev), keyed(b, next)))/float64(maglev.DefaultSize), "%moved")
+			b.ReportMetric(float64(proto.Size(next)), "bytes/entry")
+		})
+	}
+}
+
+func TestWanted(t *testing.T) {
+	withLive := func(live, draining int) []maglev.Backend {
+		bs := backends(live+draining, 0)
+		for i := live; i < len(bs); i++ {
+			bs[i].Weight = 0
+		}
+		return bs
+	}
+	for _, c := range []struct {
+		has         bool
+		live, drain int
+		want        bool
+	}{
+		{false, MinBackends - 1, 5, false},
+		{false, MinBackends, 0, true},
+		{true, MinBackends - 1, 0, true},
+		{true, MinBackends / 2, 0, true},
+		{true, MinBackends/2 - 1, 40, false},
+		{false, 0, 0, false},
+	} {
+		if got := Wanted(c.has, withLive(c.live, c.drain)); got != c.want {
+			t.Errorf("Wanted(has %v, %d live, %d draining) = %v, want %v", c.has, c.live, c.drain, got, c.want)
+		}
 	}
 }
