@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/novaedge/novaedge/fastpath"
+	"github.com/novaedge/novaedge/fastpath/lineage"
+	"github.com/novaedge/novaedge/fastpath/maglev"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
 // TestECMPMovesFlow puts an ECMP router between the client and two nodes
@@ -27,6 +30,20 @@ import (
 //	client ─ router ─┬─ node1 ─┬─ b1, b2, b3 (each linked to both nodes;
 //	                 └─ node2 ─┘  replies via node1's kernel and the router)
 func TestECMPMovesFlow(t *testing.T) {
+	testECMPMovesFlow(t, false)
+}
+
+// TestECMPMovesFlowLineage is TestECMPMovesFlow with nodes that do not
+// share a history: they numbered their backends differently and the
+// snapshot carries a Maglev lineage (the leader's table from before two
+// backends left), so each builds its table from that lineage instead of
+// from the backend set alone. The tables must still agree backend for
+// backend, and the moved flow keep its backend.
+func TestECMPMovesFlowLineage(t *testing.T) {
+	testECMPMovesFlow(t, true)
+}
+
+func testECMPMovesFlow(t *testing.T, withLineage bool) {
 	l := newLab(t)
 	client := l.netns("client", false)
 	router := l.netns("router", true)
@@ -79,7 +96,24 @@ func TestECMPMovesFlow(t *testing.T) {
 			VIPs: []fastpath.VIP{{Name: "ecmp", Addr: vip4, Port: backendPort, Proto: fastpath.ProtoTCP, Forward: fastpath.ForwardDSRIPIP, Backends: bes}},
 			Node: fastpath.Node{V4: nodeAddr},
 		}
-		nodes = append(nodes, l.fastpath(n, fmt.Sprintf("node%d", k), devs, cfg))
+		if !withLineage {
+			nodes = append(nodes, l.fastpath(n, fmt.Sprintf("node%d", k), devs, cfg))
+			gws = append(gws, link(k, 0, 2))
+			continue
+		}
+		// Node 2 first saw the backends in the other order: other IDs.
+		first := cfg
+		first.VIPs = slices.Clone(cfg.VIPs)
+		if k == 2 {
+			first.VIPs[0].Backends = slices.Clone(bes)
+			slices.Reverse(first.VIPs[0].Backends)
+		}
+		node := l.fastpath(n, fmt.Sprintf("node%d", k), devs, first)
+		cfg.VIPs[0].Lineage = ecmpLineage(t, backendAddr)
+		if _, err := node.mgr.Apply(cfg); err != nil {
+			t.Fatalf("apply the lineage on node%d: %v", k, err)
+		}
+		nodes = append(nodes, node)
 		gws = append(gws, link(k, 0, 2))
 	}
 	for i, b := range backends {
@@ -88,16 +122,46 @@ func TestECMPMovesFlow(t *testing.T) {
 	}
 	router.ip("route", "add", pfx(vip4, 32).String(), "nexthop", "via", gws[0].String(), "nexthop", "via", gws[1].String())
 
-	// Same tables on both nodes: the premise of moving flows.
-	t1, t2 := nodes[0].mgr.Table(vip4, backendPort, fastpath.ProtoTCP), nodes[1].mgr.Table(vip4, backendPort, fastpath.ProtoTCP)
-	if t1 == nil || !slices.Equal(t1, t2) {
-		t.Fatal("the two nodes hold different Maglev tables for the same Config")
+	// Same tables on both nodes, backend for backend: the premise of
+	// moving flows.
+	var keyOf [2]map[uint32]netip.Addr
+	for k, n := range nodes {
+		keyOf[k] = map[uint32]netip.Addr{}
+		for i := 1; i <= 3; i++ {
+			id, ok := n.mgr.BackendID(backendAddr(i), backendPort)
+			if !ok {
+				t.Fatalf("node%d has no ID for backend %s", k+1, backendAddr(i))
+			}
+			keyOf[k][id] = backendAddr(i)
+		}
 	}
-	for i := 1; i <= 3; i++ {
-		id1, ok1 := nodes[0].mgr.BackendID(backendAddr(i), backendPort)
-		id2, ok2 := nodes[1].mgr.BackendID(backendAddr(i), backendPort)
-		if !ok1 || !ok2 || id1 != id2 {
-			t.Fatalf("backend %s has ID %d on node1 and %d on node2", backendAddr(i), id1, id2)
+	t1, t2 := nodes[0].mgr.Table(vip4, backendPort, fastpath.ProtoTCP), nodes[1].mgr.Table(vip4, backendPort, fastpath.ProtoTCP)
+	if t1 == nil || len(t1) != len(t2) {
+		t.Fatalf("tables of %d and %d slots", len(t1), len(t2))
+	}
+	for s := range t1 {
+		if keyOf[0][t1[s]] != keyOf[1][t2[s]] {
+			t.Fatalf("slot %d: node1 sends to %s, node2 to %s", s, keyOf[0][t1[s]], keyOf[1][t2[s]])
+		}
+	}
+	if withLineage {
+		if slices.Equal(t1, t2) {
+			t.Fatal("the nodes numbered their backends alike: the lineage case tests nothing")
+		}
+		// And the table is the lineage's, not the one of the three alone.
+		var ms []maglev.Backend
+		for i := 1; i <= 3; i++ {
+			id, _ := nodes[0].mgr.BackendID(backendAddr(i), backendPort)
+			m := lineage.Member(backendAddr(i), backendPort, 1, false)
+			m.ID = id
+			ms = append(ms, m)
+		}
+		plain, err := maglev.Build(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(plain, t1) {
+			t.Fatal("node1 holds the table of the backend set alone: the lineage was not used")
 		}
 	}
 
@@ -134,7 +198,7 @@ func TestECMPMovesFlow(t *testing.T) {
 		t.Fatalf("node%d tracks %d flows after the move, want 1", other+1, len(moved))
 	}
 	orig := nodes[carrier].conntrack(t, vip4, backendPort, fastpath.ProtoTCP)
-	if len(orig) != 1 || orig[0].ct.BackendId != moved[0].ct.BackendId {
+	if len(orig) != 1 || keyOf[carrier][orig[0].ct.BackendId] != keyOf[other][moved[0].ct.BackendId] {
 		t.Errorf("node%d tracks %+v, node%d tracks %+v: want the same backend", carrier+1, orig, other+1, moved)
 	}
 	if moved[0].ct.State == 1 /* CT_SYN */ {
@@ -147,6 +211,27 @@ func TestECMPMovesFlow(t *testing.T) {
 		d.still(t, "nat_reply")
 		d.clean(t)
 	}
+}
+
+// ecmpLineage is what the leader would have persisted while the VIP had
+// five backends: the first three of backendAddr and two that left since.
+func ecmpLineage(t *testing.T, backendAddr func(int) netip.Addr) *pb.MaglevLineage {
+	t.Helper()
+	b, err := maglev.NewBuilder(maglev.DefaultSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []maglev.Backend
+	for i := 1; i <= 5; i++ {
+		m := lineage.Member(backendAddr(i), backendPort, 1, false)
+		m.ID = uint32(i)
+		ms = append(ms, m)
+	}
+	l, err := lineage.Next(b, nil, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // stream pipelines lines of random text through an echoing connection and
