@@ -14,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -82,6 +83,12 @@ type Options struct {
 	// Resync is how often the leader re-checks agent Leases, whose expiry
 	// produces no event; zero: 1s.
 	Resync time.Duration
+	// DisableMaglevLineage turns the shared Maglev lineages off: the
+	// leader persists none and no replica reads them, so snapshots carry
+	// no PlanEntry.lineage and nodes build plain Maglev tables. Existing
+	// lineage ConfigMaps are left alone. Zero: on.
+	DisableMaglevLineage bool
+
 	Logger *slog.Logger
 }
 
@@ -96,6 +103,8 @@ type Controller struct {
 	recorder events.EventRecorder
 	metrics  *metrics
 	now      func() time.Time
+	// lineageDecoder keeps the decoded Maglev lineage ConfigMaps.
+	lineageDecoder lineageDecoder
 }
 
 // Scheme is the runtime scheme of every kind the controller reads.
@@ -163,6 +172,12 @@ func New(cfg *rest.Config, opts Options) (*Controller, error) {
 			ByObject: map[client.Object]cache.ByObject{
 				// Only this namespace's Leases: the leader's and the agents'.
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				// Only the Maglev lineage ConfigMaps, not every ConfigMap
+				// of the cluster.
+				&corev1.ConfigMap{}: {
+					Namespaces: map[string]cache.Config{opts.Namespace: {}},
+					Label:      labels.SelectorFromSet(labels.Set{LabelMaglevLineage: "true"}),
+				},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
@@ -314,6 +329,10 @@ func (c *Controller) setup() error {
 	// Status writes of the leader (addresses, assignments) are decisions
 	// the publisher builds from; Lease renewals are not.
 	b = b.Watches(&coordinationv1.Lease{}, debounced(c.opts.Debounce, func(o client.Object) bool { return o.GetName() == LeaderLease }))
+	// So are the Maglev lineages the leader persists.
+	if !c.opts.DisableMaglevLineage {
+		b = b.Watches(&corev1.ConfigMap{}, debounced(c.opts.Debounce, nil))
+	}
 	kickCh := make(chan event.GenericEvent, 1)
 	c.kick = func() {
 		select {

@@ -33,10 +33,12 @@ type decider struct {
 	gatewayAPI bool
 	// warned remembers the last Warning Event per Service and reason.
 	warned map[string]string
+	// lineages computes the Maglev lineages to persist; set on first use.
+	lineages *lineages
 }
 
 func (d *decider) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	w, err := gather(ctx, d.c.mgr.GetCache(), d.c.opts.Namespace, d.gatewayAPI, !d.c.opts.ServeClasslessServices)
+	w, err := d.c.world(ctx, d.gatewayAPI)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -94,6 +96,7 @@ func (d *decider) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 	errs = append(errs, d.writePools(ctx, w, pools, allocs, idx)...)
 	errs = append(errs, d.writeServices(ctx, w, allocs, asgs, idx)...)
 	errs = append(errs, d.writeConditions(ctx, w, idx, newBackendHealth(snap, failing))...)
+	errs = append(errs, d.writeLineages(ctx, w, snap)...)
 	d.c.metrics.decided(len(errs))
 	// Agent Leases expire without an event: look again soon.
 	return reconcile.Result{RequeueAfter: d.c.opts.Resync}, errors.Join(errs...)

@@ -5,7 +5,8 @@
 //   - as the leader (one replica, through the "novaedge-controller" Lease)
 //     decides: allocates VIP addresses from ProxyIPPools, chooses the nodes
 //     serving each VIP, and writes those decisions, conditions and Events to
-//     the API server;
+//     the API server, and the Maglev lineage of each large cluster-wide
+//     fast-path entry to a ConfigMap (lineage.go);
 //   - on every replica builds each node's ConfigSnapshot with snapshot.Build
 //     from the resources and the decisions the leader persisted (never from
 //     decisions of its own), and streams it to the agents connected to it

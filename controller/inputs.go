@@ -25,11 +25,28 @@ type world struct {
 	agentLeases map[string]*coordinationv1.Lease
 	// services are the Service VIPs NovaEdge serves.
 	services []*serviceVIP
+	// lineages are the Maglev lineage ConfigMaps, usable or not (nil
+	// when the controller runs without lineages).
+	lineages []persistedLineage
+}
+
+// world gathers everything a build needs from the cache, with the
+// persisted Maglev lineages unless they are off.
+func (c *Controller) world(ctx context.Context, gatewayAPI bool) (*world, error) {
+	w, err := gather(ctx, c.mgr.GetCache(), c.opts.Namespace, gatewayAPI, !c.opts.ServeClasslessServices)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.readPersistedLineages(ctx, w); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // gather lists everything a build needs from r (the cache) and fills
 // Decisions from what the leader persisted: VIP status addresses and
-// assignments, Service ingress addresses and assignment annotations.
+// assignments, Service ingress addresses and assignment annotations. The
+// Maglev lineages are read by Controller.world.
 func gather(ctx context.Context, r client.Reader, namespace string, gatewayAPI, skipClassless bool) (*world, error) {
 	in := &snapshot.Input{}
 	var (

@@ -21,7 +21,7 @@ type publisher struct {
 
 func (p *publisher) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
-	w, err := gather(ctx, p.c.mgr.GetCache(), p.c.opts.Namespace, p.gatewayAPI, !p.c.opts.ServeClasslessServices)
+	w, err := p.c.world(ctx, p.gatewayAPI)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -38,6 +38,7 @@ type flags struct {
 	namespace      string
 	podName        string
 	defaultLBClass bool
+	maglevLineage  bool
 	apiQPS         float32
 	apiBurst       int
 	logLevel       string
@@ -84,6 +85,7 @@ from cert-manager, with the same names and keys ca.crt, tls.crt, tls.key).`,
 	fl.StringVar(&f.namespace, "namespace", "", "namespace of the controller's Leases and mTLS Secrets, and of Secrets referenced without a namespace by cluster-scoped resources; empty: $POD_NAMESPACE, else novaedge-system")
 	fl.StringVar(&f.podName, "pod-name", "", "this replica's name in logs; empty: $POD_NAME, else the host name")
 	fl.BoolVar(&f.defaultLBClass, "default-lb-class", true, "also serve Services of type LoadBalancer without spec.loadBalancerClass (as MetalLB does); those with class novaedge.io/lb are served either way")
+	fl.BoolVar(&f.maglevLineage, "maglev-lineage", true, "share Maglev tables between nodes: the leader persists the table of every cluster-wide fast-path entry with 64 or more live backends in a ConfigMap labelled novaedge.io/maglev-lineage in --namespace, and every node builds its next table from it, so a backend that leaves moves only its own flows; false: plain Maglev tables, no such ConfigMaps read or written")
 	fl.Float32Var(&f.apiQPS, "kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes status writes of large clusters take minutes)")
 	fl.IntVar(&f.apiBurst, "kube-api-burst", 100, "burst of requests to the API server")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -144,11 +146,12 @@ func (f *flags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "version", version, "namespace", ns, "replica", id, "leaderElect", f.leaderElect)
+	log.Info("starting", "version", version, "namespace", ns, "replica", id, "leaderElect", f.leaderElect, "maglevLineage", f.maglevLineage)
 	return controller.Serve(ctx, cfg, controller.ServeOptions{
 		Options: controller.Options{
 			Namespace: ns, Identity: id, LeaderElect: f.leaderElect,
 			ServeClasslessServices: f.defaultLBClass,
+			DisableMaglevLineage:   !f.maglevLineage,
 			MetricsAddr:            f.metricsAddr, HealthAddr: f.healthAddr,
 			Logger: log,
 		},

@@ -21,6 +21,7 @@ func TestControllerFlags(t *testing.T) {
 		{"bad log format", []string{"--log-format", "xml"}, 2, "", `--log-format "xml"`},
 		{"empty grpc address", []string{"--grpc-addr", ""}, 2, "", "--grpc-addr: must not be empty"},
 		{"unknown flag", []string{"--nope"}, 2, "", "unknown flag"},
+		{"maglev lineage not a bool", []string{"--maglev-lineage=maybe"}, 2, "", `invalid argument "maybe" for "--maglev-lineage"`},
 		{"zero qps", []string{"--kube-api-qps", "0"}, 2, "", "--kube-api-qps and --kube-api-burst: must be positive"},
 		{"kubeconfig missing", []string{"--kubeconfig", missing}, 2, "", "kubernetes configuration (--kubeconfig"},
 	}
@@ -38,7 +39,7 @@ func TestControllerFlags(t *testing.T) {
 func TestControllerHelpExplainsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
 	run([]string{"--help"}, &out, &out)
-	for _, f := range []string{"--kubeconfig", "--grpc-addr", "--metrics-addr", "--health-addr", "--leader-elect", "--namespace", "--pod-name", "--default-lb-class", "--kube-api-qps", "--kube-api-burst", "--log-level", "--log-format"} {
+	for _, f := range []string{"--kubeconfig", "--grpc-addr", "--metrics-addr", "--health-addr", "--leader-elect", "--namespace", "--pod-name", "--default-lb-class", "--maglev-lineage", "--kube-api-qps", "--kube-api-burst", "--log-level", "--log-format"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}

@@ -1148,6 +1148,8 @@ func TestRBAC(t *testing.T) {
 	const mtls = "/secrets#novaedge-agent-tls,novaedge-ca,novaedge-controller-tls"
 	leases := []string{"create", "get", "list", "patch", "update", "watch"}
 
+	// The Maglev lineage ConfigMaps the leader writes (controller/lineage.go).
+	lineageCMs := []string{"create", "delete", "get", "list", "update", "watch"}
 	for _, tc := range []struct {
 		name           string
 		sets           []string
@@ -1155,12 +1157,12 @@ func TestRBAC(t *testing.T) {
 	}{
 		{
 			name:           "controller creates the certificates",
-			controllerRole: map[string][]string{"coordination.k8s.io/leases": leases, mtls: {"get", "update"}, "/secrets": {"create"}},
+			controllerRole: map[string][]string{"coordination.k8s.io/leases": leases, mtls: {"get", "update"}, "/secrets": {"create"}, "/configmaps": lineageCMs},
 		},
 		{
 			name:           "certificates provided",
 			sets:           []string{"tls.create=false"},
-			controllerRole: map[string][]string{"coordination.k8s.io/leases": leases, mtls: {"get"}},
+			controllerRole: map[string][]string{"coordination.k8s.io/leases": leases, mtls: {"get"}, "/configmaps": lineageCMs},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

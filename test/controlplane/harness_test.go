@@ -47,6 +47,9 @@ type cluster struct {
 	// agents' Lease renewers use instead of the administrator's access.
 	controllerConfig *rest.Config
 	agentConfig      *rest.Config
+	// controllerOptions, when set, adjusts the options of the
+	// controllers started after it is set.
+	controllerOptions func(*controller.Options)
 	// replicas are the controllers started, whose logs a timeout shows.
 	mu       sync.Mutex
 	replicas []*replica
@@ -166,6 +169,7 @@ func (c *cluster) startController(name string) *replica {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	r := &replica{name: name, addr: lis.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
+	adjust := c.controllerOptions
 	c.mu.Lock()
 	c.replicas = append(c.replicas, r)
 	c.mu.Unlock()
@@ -174,7 +178,7 @@ func (c *cluster) startController(name string) *replica {
 		if c.controllerConfig != nil {
 			cfg = c.controllerConfig
 		}
-		r.done <- controller.Serve(ctx, cfg, controller.ServeOptions{
+		opts := controller.ServeOptions{
 			Options: controller.Options{
 				Namespace: c.ns, Identity: name, LeaderElect: true,
 				// A stopped leader releases its lease and a follower
@@ -193,7 +197,11 @@ func (c *cluster) startController(name string) *replica {
 				r.srv.Store(srv)
 				r.ctl.Store(ctl)
 			},
-		})
+		}
+		if adjust != nil {
+			adjust(&opts.Options)
+		}
+		r.done <- controller.Serve(ctx, cfg, opts)
 	}()
 	c.t.Cleanup(func() { r.stop(c.t) })
 	return r

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/novaedge/novaedge/controller"
+	"github.com/novaedge/novaedge/fastpath/lineage"
 )
 
 // TestControllerWithChartRBAC runs the controller and the agents' Lease
@@ -76,13 +77,33 @@ func TestControllerWithChartRBAC(t *testing.T) {
 	r := c.startController("r1")
 	a := c.startAgent(n1, r, "")
 	v := c.vip("web", pool.Name)
-	c.service("shop", false, endpoint{addr: "10.7.0.1", node: n1})
+	// Enough endpoints for a Maglev lineage.
+	svc, es := c.service("shop", false, endpoints("10.7.0.", lineage.MinBackends, n1)...)
 	c.eventually("the VIP and the Service served with the chart's permissions", func() (bool, string) {
 		s := c.getVIP(v.Name).Status
 		svc := c.getService("shop")
 		return s.Address != "" && s.ActiveNode == n1 && len(svc.Status.LoadBalancer.Ingress) == 1 &&
 				svc.Annotations[controller.AnnotationActiveNode] == n1 && a.state() != nil,
 			fmt.Sprintf("vip %+v service %+v %v\ncontroller logs:\n%s", s, svc.Status, svc.Annotations, r.logs.tail(3000))
+	})
+	// The Maglev lineage ConfigMap of the Service: created, updated when
+	// an endpoint arrives, deleted with the Service.
+	key, _ := c.ingressKey(svc.Name)
+	lineageBackends := func(n int) func() (bool, string) {
+		return func() (bool, string) {
+			_, l, why := c.lineageConfigMap(key)
+			return len(l.GetBackends()) == n, fmt.Sprintf("%s %d backends", why, len(l.GetBackends()))
+		}
+	}
+	c.eventually("the lineage ConfigMap", lineageBackends(lineage.MinBackends))
+	c.update(es, func() { es.Endpoints = append(es.Endpoints, endpoint{addr: "10.7.0.250", node: n1}.slice()) }, false)
+	c.eventually("the lineage ConfigMap to be updated", lineageBackends(lineage.MinBackends+1))
+	if err := c.env.Client.Delete(c.ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("the lineage ConfigMap to be deleted", func() (bool, string) {
+		_, _, why := c.lineageConfigMap(key)
+		return strings.Contains(why, "not found"), why
 	})
 	if strings.Contains(r.logs.tail(1<<20), "forbidden") {
 		t.Errorf("the controller was refused something:\n%s", r.logs.tail(8000))
