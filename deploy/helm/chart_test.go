@@ -785,8 +785,8 @@ func TestRender(t *testing.T) {
 					t.Errorf("controller: replicas %v, want 2", d.Spec.Replicas)
 				}
 				c := container(t, &d.Spec.Template.Spec, "controller")
-				if arg(t, c, "leader-elect") != "true" || arg(t, c, "default-lb-class") != "true" {
-					t.Errorf("controller: args %v, want --leader-elect=true --default-lb-class=true", c.Args)
+				if arg(t, c, "leader-elect") != "true" || arg(t, c, "default-lb-class") != "true" || arg(t, c, "maglev-lineage") != "true" {
+					t.Errorf("controller: args %v, want --leader-elect=true --default-lb-class=true --maglev-lineage=true", c.Args)
 				}
 				var pdb policyv1.PodDisruptionBudget
 				r.decode(t, "PodDisruptionBudget", "novaedge-controller", &pdb)
@@ -914,7 +914,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "one controller without leader election",
-			sets: []string{"controller.replicas=1", "controller.leaderElect=false", "controller.defaultLoadBalancerClass=false"},
+			sets: []string{"controller.replicas=1", "controller.leaderElect=false", "controller.defaultLoadBalancerClass=false", "controller.maglevLineage=false"},
 			check: func(t *testing.T, r *rendered) {
 				d := r.deployment(t)
 				checkController(t, r, d)
@@ -922,7 +922,7 @@ func TestRender(t *testing.T) {
 					t.Errorf("controller: replicas %v, want 1", d.Spec.Replicas)
 				}
 				c := container(t, &d.Spec.Template.Spec, "controller")
-				if arg(t, c, "leader-elect") != "false" || arg(t, c, "default-lb-class") != "false" {
+				if arg(t, c, "leader-elect") != "false" || arg(t, c, "default-lb-class") != "false" || arg(t, c, "maglev-lineage") != "false" {
 					t.Errorf("controller: args %v", c.Args)
 				}
 				if len(r.find("PodDisruptionBudget")) != 0 {
