@@ -135,20 +135,12 @@ func persisted(t *testing.T, cl client.Client) map[string]*pb.MaglevLineage {
 	return out
 }
 
-// slotKeys turns a lineage into its table of backend keys, slot by slot.
+// slotKeys is lineage.Owners, failing the test on an error.
 func slotKeys(t *testing.T, l *pb.MaglevLineage) []string {
 	t.Helper()
-	id := map[string]uint32{}
-	for i, k := range l.GetBackends() {
-		id[k] = uint32(i + 1)
-	}
-	pt, err := lineage.Prev(l, l.GetSize(), func(k string) (uint32, bool) { v, ok := id[k]; return v, ok })
+	out, err := lineage.Owners(l)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := make([]string, len(pt))
-	for s, v := range pt {
-		out[s] = l.GetBackends()[v-1]
 	}
 	return out
 }

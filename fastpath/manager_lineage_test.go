@@ -52,23 +52,12 @@ func installedKeys(t *testing.T, m *Manager, ids []int) []string {
 	return out
 }
 
-// lineageKeys is a lineage's table, slot by slot, as backend keys.
+// lineageKeys is lineage.Owners, failing the test on an error.
 func lineageKeys(t *testing.T, l *pb.MaglevLineage) []string {
 	t.Helper()
-	pt, err := lineage.Prev(l, l.GetSize(), func(k string) (uint32, bool) {
-		for i, b := range l.GetBackends() {
-			if b == k {
-				return uint32(i + 1), true
-			}
-		}
-		return 0, false
-	})
+	out, err := lineage.Owners(l)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := make([]string, len(pt))
-	for s, id := range pt {
-		out[s] = l.GetBackends()[id-1]
 	}
 	return out
 }

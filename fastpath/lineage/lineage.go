@@ -104,6 +104,21 @@ func Prev(l *pb.MaglevLineage, size uint32, idOf func(key string) (uint32, bool)
 	return t, nil
 }
 
+// Owners returns the backend ("address:port") owning each slot of l, for
+// inspection and tests.
+func Owners(l *pb.MaglevLineage) ([]string, error) {
+	if err := Validate(l); err != nil {
+		return nil, err
+	}
+	out := make([]string, l.GetSize())
+	w := width(len(l.GetBackends()))
+	r := bitReader{buf: l.GetSlots()}
+	for s := range out {
+		out[s] = l.GetBackends()[r.read(w)]
+	}
+	return out, nil
+}
+
 // Validate checks that l describes a table: a size within maglev.MaxSize
 // (whether it is prime is the builder's business: a lineage of another size
 // than the node's is ignored), backends that are sorted, unique, valid

@@ -32,20 +32,12 @@ func renumber(bs []maglev.Backend) []maglev.Backend {
 	return out
 }
 
-// keyed turns a lineage into its table of keys, slot by slot.
+// keyed is Owners, failing the test on an error.
 func keyed(t testing.TB, l *pb.MaglevLineage) []string {
 	t.Helper()
-	id := map[string]uint32{}
-	for i, k := range l.GetBackends() {
-		id[k] = uint32(i + 1)
-	}
-	pt, err := Prev(l, l.GetSize(), func(k string) (uint32, bool) { v, ok := id[k]; return v, ok })
+	out, err := Owners(l)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := make([]string, len(pt))
-	for s, v := range pt {
-		out[s] = l.GetBackends()[v-1]
 	}
 	return out
 }

@@ -96,20 +96,12 @@ func carries(a *node, key string, l *pb.MaglevLineage) (bool, string) {
 	return true, ""
 }
 
-// slotOwners decodes a lineage into its backend key per slot.
+// slotOwners is lineage.Owners, failing the test on an error.
 func slotOwners(t *testing.T, l *pb.MaglevLineage) []string {
 	t.Helper()
-	id := map[string]uint32{}
-	for i, k := range l.GetBackends() {
-		id[k] = uint32(i + 1)
-	}
-	tab, err := lineage.Prev(l, l.GetSize(), func(k string) (uint32, bool) { v, ok := id[k]; return v, ok })
+	out, err := lineage.Owners(l)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := make([]string, len(tab))
-	for s, v := range tab {
-		out[s] = l.GetBackends()[v-1]
 	}
 	return out
 }
