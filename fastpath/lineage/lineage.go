@@ -134,7 +134,7 @@ func Validate(l *pb.MaglevLineage) error {
 	}
 	for i, k := range l.GetBackends() {
 		if _, err := netip.ParseAddrPort(k); err != nil {
-			return fmt.Errorf("%w: backends[%d]: %v", ErrInvalid, i, err)
+			return fmt.Errorf("%w: backends[%d]: %w", ErrInvalid, i, err)
 		}
 		if i > 0 && l.GetBackends()[i-1] >= k {
 			return fmt.Errorf("%w: backends[%d] %q is not after %q (sorted, unique)", ErrInvalid, i, k, l.GetBackends()[i-1])
