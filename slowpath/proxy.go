@@ -2,7 +2,6 @@ package slowpath
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -15,8 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
 
 	"github.com/novaedge/novaedge/agent"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
@@ -41,7 +38,9 @@ type Options struct {
 	// 64 KiB.
 	MaxHeaderBytes int
 	// DrainTimeout bounds how long requests on a removed listener may
-	// finish. Zero: 30s.
+	// finish. QUIC connections on a socket handed to a successor with
+	// steering (sockets.Socket.HandedOff) run untouched for up to half of
+	// it, then get GOAWAY and the rest to finish. Zero: 30s.
 	DrainTimeout time.Duration
 	// MaxURIBytes bounds the request target; longer ones get 414. Zero:
 	// 8 KiB.
@@ -116,6 +115,7 @@ func New(opts Options) *Proxy {
 	if p.socks == nil {
 		p.socks = sockets.NewSet()
 	}
+	p.socks.SetLogger(p.log.With("component", "sockets"))
 	p.httpLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.metrics = newMetrics(opts.Registry)
 	return p
@@ -230,7 +230,7 @@ func (p *Proxy) remove(k sockets.Key) {
 			p.drain(srv)
 		}
 		if ok && k.Network == "udp" {
-			_ = sock.PacketConn.Close()
+			_ = sock.Close()
 		}
 	}()
 	p.log.Info("listener closed", "socket", k.String())
@@ -241,7 +241,7 @@ func serverKind(s server) string {
 	switch s.(type) {
 	case *l4Server:
 		return "l4"
-	case *http3.Server:
+	case *quicServer:
 		return "quic"
 	}
 	return "http"
@@ -444,36 +444,11 @@ func (h *httpServer) Close() error {
 	return errors.Join(h.h1.Close(), h.Server.Close())
 }
 
-// server is an HTTP server on one socket: *http.Server (TCP) or
-// *http3.Server (QUIC).
+// server is an HTTP server on one socket: *httpServer (TCP), *quicServer
+// (QUIC) or *l4Server.
 type server interface {
 	Shutdown(ctx context.Context) error
 	Close() error
-}
-
-// serveQUIC starts an HTTP/3 server on a UDP socket. Its TLS
-// configuration is looked up per connection, so a reload that changes
-// certificates applies to the next handshake.
-func (p *Proxy) serveQUIC(s *sockets.Socket, handler http.Handler) {
-	key := s.Key
-	tlsConf := http3.ConfigureTLSConfig(&tls.Config{
-		MinVersion: tls.VersionTLS13,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			ln := p.cfg.Load().listeners[key]
-			if ln == nil || ln.tls == nil {
-				return nil, fmt.Errorf("no HTTP/3 listener on %s", key)
-			}
-			return ln.tls, nil
-		},
-	})
-	srv := &http3.Server{Handler: handler, TLSConfig: tlsConf, MaxHeaderBytes: p.opts.MaxHeaderBytes, IdleTimeout: p.opts.IdleTimeout}
-	p.servers[key] = srv
-	p.log.Info("listener open", "socket", key.String(), "protocol", "HTTP/3")
-	go func() {
-		if err := srv.Serve(s.PacketConn); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, quic.ErrServerClosed) {
-			p.log.Error("listener stopped", "socket", key.String(), "error", err)
-		}
-	}()
 }
 
 // drain lets a removed listener's requests finish.
@@ -492,14 +467,30 @@ func (p *Proxy) Close() {
 	p.closed = true
 	servers := p.servers
 	p.servers = map[sockets.Key]server{}
-	p.socks.Close()
+	// A QUIC socket whose group a successor took over stays open until its
+	// connections have drained (the successor reads its own socket);
+	// every other socket closes now.
+	handedOff := map[sockets.Key]*sockets.Socket{}
+	for _, k := range p.socks.Keys() {
+		sock, _ := p.socks.Detach(k)
+		if _, quic := servers[k].(*quicServer); quic && sock.HandedOff() {
+			handedOff[k] = sock
+			continue
+		}
+		_ = sock.Close()
+	}
 	for _, st := range p.states {
 		st.stop()
 	}
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, srv := range servers {
-		wg.Go(func() { p.drain(srv) })
+	for k, srv := range servers {
+		wg.Go(func() {
+			p.drain(srv)
+			if sock := handedOff[k]; sock != nil {
+				_ = sock.Close()
+			}
+		})
 	}
 	wg.Wait()
 	for _, tr := range p.transports {

@@ -493,7 +493,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			if err != nil {
 				log.Warn("some inherited sockets could not be used", "error", err)
 			}
-			log.Info("took over the running agent's listening sockets", "sockets", len(keys))
+			log.Info("took over the running agent's listening sockets", "sockets", len(keys), "generation", proxy.Sockets().Generation())
 			confirmHandoff = confirm
 			serveOpts.BindRetry = time.Minute
 		}

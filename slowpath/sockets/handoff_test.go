@@ -67,6 +67,16 @@ func TestHandoff(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
+	for _, k := range []Key{tcpKey, udpKey} {
+		sock, _ := a.Get(k)
+		c := any(sock.Listener)
+		if sock.Listener == nil {
+			c = sock.PacketConn
+		}
+		if !nonBlocking(t, c) {
+			t.Fatalf("the handoff left %s in blocking mode", k)
+		}
+	}
 	a.Close() // the predecessor's copies
 
 	// The successor's listener accepts; the socket survived a's Close.

@@ -8,11 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
+	"github.com/novaedge/novaedge/slowpath/sockets/internal/reuseport"
+	"github.com/novaedge/novaedge/slowpath/sockets/quicsteer"
 	"github.com/novaedge/novaedge/vip/local"
 )
 
@@ -42,13 +46,49 @@ type Socket struct {
 	Key        Key
 	Listener   net.Listener
 	PacketConn net.PacketConn
+
+	// steer is the QUIC steering of the socket's reuseport group (see
+	// SteerQUIC); nil while the socket is not steered.
+	steer *quicsteer.Group
+	// activated is set once the socket's generation is the group's newest.
+	activated bool
+	// handedOff is set when a successor took over the socket's reuseport
+	// group with steering: this process keeps serving the QUIC
+	// connections it has on the socket until they end.
+	handedOff atomic.Bool
 }
 
-func (s *Socket) close() error {
+// Close closes the socket and this process's handle on its steering.
+func (s *Socket) Close() error {
+	var err error
 	if s.Listener != nil {
-		return s.Listener.Close()
+		err = s.Listener.Close()
+	} else {
+		err = s.PacketConn.Close()
 	}
-	return s.PacketConn.Close()
+	if s.steer != nil {
+		s.steer.Close()
+	}
+	return err
+}
+
+// HandedOff reports whether a successor took over this UDP socket's
+// reuseport group with QUIC steering: new connections go to the
+// successor, while the connections this process has keep reaching this
+// socket, so the caller keeps serving them until they end.
+func (s *Socket) HandedOff() bool { return s.handedOff.Load() }
+
+// Steered reports whether the socket's QUIC packets are steered by
+// generation (SteerQUIC succeeded or the steering was inherited).
+func (s *Socket) Steered() bool { return s.steer != nil }
+
+// SteeringStats returns the counters of the socket's QUIC steering
+// program (shared by every process of its reuseport group).
+func (s *Socket) SteeringStats() (quicsteer.Stats, error) {
+	if s.steer == nil {
+		return quicsteer.Stats{}, fmt.Errorf("socket %s: %w", s.Key, ErrNoSteering)
+	}
+	return s.steer.Stats()
 }
 
 // Set is the open sockets. It is safe for concurrent use.
@@ -57,30 +97,133 @@ type Set struct {
 	socks map[Key]*Socket
 	// listen opens sockets; tests and fd inheritance replace it.
 	listen func(ctx context.Context, k Key) (*Socket, error)
+	// gen is this process's generation: 0 for a fresh start, the
+	// predecessor's plus one after Inherit.
+	gen uint8
+	log *slog.Logger
+	// noSteer is set once the lack of QUIC steering has been logged.
+	noSteer atomic.Bool
 }
 
 // NewSet returns an empty set whose sockets are opened with IP_FREEBIND,
-// so a listener never waits for its VIP address to be up.
+// so a listener never waits for its VIP address to be up. UDP sockets also
+// get SO_REUSEPORT, so that a successor can open its own socket next to
+// this process's (see SteerQUIC).
 func NewSet() *Set {
-	return &Set{socks: map[Key]*Socket{}, listen: listenFreebind}
+	return &Set{socks: map[Key]*Socket{}, listen: listenFreebind, log: slog.New(slog.DiscardHandler)}
+}
+
+// SetLogger sets where the set logs what it cannot do (QUIC steering
+// unavailable, a predecessor too old to hand it over). Nil: discard.
+func (s *Set) SetLogger(l *slog.Logger) {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	s.mu.Lock()
+	s.log = l
+	s.mu.Unlock()
+}
+
+// Generation returns the process's generation, which the QUIC servers
+// write into the first byte of their connection IDs.
+func (s *Set) Generation() uint8 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
 }
 
 func listenFreebind(ctx context.Context, k Key) (*Socket, error) {
-	network := k.Network + "4"
-	if k.Addr.Addr().Is6() {
-		network = k.Network + "6"
-	}
-	s := &Socket{Key: k}
-	var err error
 	if k.Network == "udp" {
-		s.PacketConn, err = local.ListenPacket(ctx, network, k.Addr.String())
-	} else {
-		s.Listener, err = local.Listen(ctx, network, k.Addr.String())
+		// SO_REUSEPORT would let a second agent on the same address share
+		// the port silently; a plain bind first still makes that fail
+		// (only a successor joins a group, through Inherit).
+		probe, err := listenUDP(ctx, k, false)
+		if err != nil {
+			return nil, err
+		}
+		_ = probe.Close()
+		return listenUDPSocket(ctx, k)
 	}
+	l, err := local.Listen(ctx, ipNetwork(k), k.Addr.String())
 	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	return &Socket{Key: k, Listener: l}, nil
+}
+
+// listenUDPSocket opens k as a member of its address's reuseport group.
+func listenUDPSocket(ctx context.Context, k Key) (*Socket, error) {
+	pc, err := listenUDP(ctx, k, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Socket{Key: k, PacketConn: pc}, nil
+}
+
+// listenUDP binds k with IP_FREEBIND and, if shared, SO_REUSEPORT.
+func listenUDP(ctx context.Context, k Key, shared bool) (net.PacketConn, error) {
+	lc := local.ListenConfig()
+	if shared {
+		lc.Control = reuseport.Wrap(lc.Control)
+	}
+	return lc.ListenPacket(ctx, ipNetwork(k), k.Addr.String())
+}
+
+func ipNetwork(k Key) string {
+	if k.Addr.Addr().Is6() {
+		return k.Network + "6"
+	}
+	return k.Network + "4"
+}
+
+// ErrNoSteering is wrapped by SteerQUIC's error when the kernel cannot
+// steer (the program does not load or attach, or the socket is not in a
+// reuseport group).
+var ErrNoSteering = errors.New("QUIC steering unavailable")
+
+// SteerQUIC makes the UDP socket k steer QUIC packets by generation (see
+// package quicsteer) and makes this process's generation the newest of its
+// reuseport group, so that new connections come to this process. Call it
+// when a QUIC server starts serving the socket. A socket inherited with
+// steering only becomes the newest; a socket without it loads a new
+// program. Without steering (an error wrapping ErrNoSteering, which the
+// set logs once) the socket is served as before: a restart resets its
+// connections.
+func (s *Set) SteerQUIC(k Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sock, ok := s.socks[k]
+	if !ok || sock.PacketConn == nil {
+		return fmt.Errorf("steer %s: no UDP socket", k)
+	}
+	if sock.activated {
+		return nil
+	}
+	if sock.steer == nil {
+		g, err := quicsteer.New()
+		if err != nil {
+			return s.noSteering(k, err)
+		}
+		if err := g.Join(sock.PacketConn, s.gen); err != nil {
+			g.Close()
+			return s.noSteering(k, err)
+		}
+		sock.steer = g
+	}
+	if err := sock.steer.Activate(s.gen); err != nil {
+		return s.noSteering(k, err)
+	}
+	sock.activated = true
+	return nil
+}
+
+// noSteering logs the first socket without steering and returns the error.
+func (s *Set) noSteering(k Key, err error) error {
+	err = fmt.Errorf("steer %s: %w: %w", k, ErrNoSteering, err)
+	if !s.noSteer.Swap(true) {
+		s.log.Warn("HTTP/3 connections will be reset by agent restarts: no QUIC steering", "socket", k.String(), "error", err)
+	}
+	return err
 }
 
 // Open opens the sockets of want that are not open yet and returns them;
@@ -122,7 +265,7 @@ func (s *Set) CloseExcept(keep []Key) []Key {
 		if slices.Contains(keep, k) {
 			continue
 		}
-		_ = sock.close() // closing a listener cannot fail in a way we could act on
+		_ = sock.Close() // closing a listener cannot fail in a way we could act on
 		delete(s.socks, k)
 		closed = append(closed, k)
 	}

@@ -4,7 +4,9 @@
 package fdpass
 
 import (
+	"errors"
 	"fmt"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,3 +36,37 @@ func ParseRights(oob []byte) ([]int, error) {
 
 // Close closes a descriptor received but not used.
 func Close(fd int) { _ = unix.Close(fd) }
+
+// ErrNotSocket is returned by Dup for a connection without a descriptor
+// (e.g. an in-memory one in a test).
+var ErrNotSocket = errors.New("not a system socket")
+
+// Dup returns a new descriptor (close-on-exec) for the socket conn (a
+// syscall.Conn such as *net.UDPConn or *net.TCPListener), to send. Unlike (*os.File).Fd on the result of File, it leaves the socket's
+// shared file status alone: Fd switches the socket to blocking mode, and
+// a process still reading it through Go's poller (e.g. a QUIC server
+// draining its connections, which reads with recvmmsg) would then block
+// until a whole batch of datagrams has arrived.
+func Dup(conn any) (int, error) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("dup %T: %w", conn, ErrNotSocket)
+	}
+	c, err := sc.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("dup: %w", err)
+	}
+	var (
+		nfd  int
+		derr error
+	)
+	if err := c.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return -1, fmt.Errorf("dup: %w", err)
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("dup: %w", derr)
+	}
+	return nfd, nil
+}

@@ -1,0 +1,129 @@
+package slowpath
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/novaedge/novaedge/slowpath/sockets"
+	"github.com/novaedge/novaedge/slowpath/sockets/quicsteer"
+)
+
+// quicServer is the HTTP/3 server of one UDP socket. It runs on its own
+// quic.Transport so that the connection IDs it issues carry the process's
+// generation (quicsteer.ConnIDGenerator): after an agent restart the
+// kernel keeps steering this process's connections to its socket (see
+// sockets.Set.SteerQUIC), and Shutdown lets them run on.
+type quicServer struct {
+	*http3.Server
+	tr   *quic.Transport
+	ln   *quic.EarlyListener
+	sock *sockets.Socket
+	// live counts QUIC connections, from the first packet until closed.
+	live atomic.Int64
+}
+
+var _ server = (*quicServer)(nil)
+
+// track counts a new connection until its context ends (when the
+// connection closes or its handshake fails). It is quic.Transport.ConnContext.
+func (q *quicServer) track(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+	q.live.Add(1)
+	context.AfterFunc(ctx, func() { q.live.Add(-1) })
+	return ctx, nil
+}
+
+// Shutdown stops the server. If a successor took the socket's reuseport
+// group over (sockets.Socket.HandedOff), the connections are this
+// process's to finish: no new ones are accepted (the successor gets them),
+// and for up to half of ctx's time the connections run untouched, clients
+// sending new requests on them as they like, until they close on their
+// own; then, as always, GOAWAY tells clients to finish and move on, and
+// the rest of ctx's time is for the requests in flight.
+func (q *quicServer) Shutdown(ctx context.Context) error {
+	// No new connections: a closed listener refuses handshakes instead of
+	// completing them into an accept queue nobody reads any more.
+	_ = q.ln.Close()
+	if q.sock.HandedOff() {
+		end := time.Now().Add(time.Hour)
+		if d, ok := ctx.Deadline(); ok {
+			end = time.Now().Add(time.Until(d) / 2)
+		}
+		t := time.NewTicker(10 * time.Millisecond)
+		for q.live.Load() > 0 && time.Now().Before(end) && ctx.Err() == nil {
+			<-t.C
+		}
+		t.Stop()
+	}
+	err := q.Server.Shutdown(ctx)
+	return errors.Join(err, q.close())
+}
+
+// Close closes the server's connections at once.
+func (q *quicServer) Close() error {
+	return errors.Join(q.Server.Close(), q.close())
+}
+
+// close stops the listener and the transport's reading (the socket itself
+// is the caller's to close).
+func (q *quicServer) close() error {
+	err := q.ln.Close()
+	if errors.Is(err, quic.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, q.tr.Close())
+}
+
+// serveQUIC starts an HTTP/3 server on a UDP socket. Its TLS
+// configuration is looked up per connection, so a reload that changes
+// certificates applies to the next handshake. New connections come to
+// this process once it serves the socket: it becomes the newest
+// generation of the socket's reuseport group (without steering, which the
+// socket set logs once, the socket is served as it is).
+func (p *Proxy) serveQUIC(s *sockets.Socket, handler http.Handler) {
+	key := s.Key
+	tlsConf := http3.ConfigureTLSConfig(&tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			ln := p.cfg.Load().listeners[key]
+			if ln == nil || ln.tls == nil {
+				return nil, fmt.Errorf("no HTTP/3 listener on %s", key)
+			}
+			return ln.tls, nil
+		},
+	})
+	q := &quicServer{
+		Server: &http3.Server{Handler: handler, TLSConfig: tlsConf, MaxHeaderBytes: p.opts.MaxHeaderBytes, IdleTimeout: p.opts.IdleTimeout},
+		sock:   s,
+	}
+	q.tr = &quic.Transport{
+		Conn:                  s.PacketConn,
+		ConnectionIDGenerator: quicsteer.ConnIDGenerator{Generation: p.socks.Generation()},
+		ConnContext:           q.track,
+	}
+	// The configuration http3.Server.Serve would use.
+	ln, err := q.tr.ListenEarly(tlsConf, &quic.Config{Allow0RTT: true})
+	if err != nil {
+		p.log.Error("listener not served", "socket", key.String(), "protocol", "HTTP/3", "error", err)
+		return
+	}
+	q.ln = ln
+	// Steering failures are logged once by the set; the socket is served
+	// either way.
+	_ = p.socks.SteerQUIC(key)
+	p.servers[key] = q
+	p.log.Info("listener open", "socket", key.String(), "protocol", "HTTP/3", "generation", p.socks.Generation())
+	go func() {
+		if err := q.ServeListener(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, quic.ErrServerClosed) {
+			p.log.Error("listener stopped", "socket", key.String(), "error", err)
+		}
+	}()
+}
