@@ -50,6 +50,11 @@ type Options struct {
 	MaxRequestBodyBytes int64
 	// Sockets is the socket set to serve on. Nil: a new one.
 	Sockets *sockets.Set
+	// QUICKeys are the HTTP/3 servers' stateless-reset and token keys,
+	// which the agent keeps across restarts (LoadQUICKeys). Nil: no
+	// stateless resets are sent, and a restart leaves the clients of
+	// connections it lost to their idle timeout.
+	QUICKeys *QUICKeys
 	// Registry receives the slow path's metrics. Nil: not exported.
 	Registry prometheus.Registerer
 	// ServeFastPlan makes the slow path also serve the TCP, UDP and TLS

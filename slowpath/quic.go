@@ -2,11 +2,14 @@ package slowpath
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +112,9 @@ func (p *Proxy) serveQUIC(s *sockets.Socket, handler http.Handler) {
 		ConnectionIDGenerator: quicsteer.ConnIDGenerator{Generation: p.socks.Generation()},
 		ConnContext:           q.track,
 	}
+	if k := p.opts.QUICKeys; k != nil {
+		q.tr.StatelessResetKey, q.tr.TokenGeneratorKey = &k.Reset, &k.Token
+	}
 	// The configuration http3.Server.Serve would use.
 	ln, err := q.tr.ListenEarly(tlsConf, &quic.Config{Allow0RTT: true})
 	if err != nil {
@@ -126,4 +132,54 @@ func (p *Proxy) serveQUIC(s *sockets.Socket, handler http.Handler) {
 			p.log.Error("listener stopped", "socket", key.String(), "error", err)
 		}
 	}()
+}
+
+// QUICKeys are the secrets of the HTTP/3 servers that must outlive the
+// agent process: with the same keys, the agent that follows (after an
+// upgrade, a restart or a crash) answers a packet of a connection it does
+// not know with a stateless reset the client accepts (RFC 9000, 10.3), so
+// the client reconnects at once instead of waiting out its idle timeout,
+// and address-validation tokens issued before stay valid.
+type QUICKeys struct {
+	// Reset derives the stateless reset tokens of the connection IDs.
+	Reset quic.StatelessResetKey
+	// Token protects the tokens clients present to skip address
+	// validation.
+	Token quic.TokenGeneratorKey
+}
+
+// quicKeysSize is the file LoadQUICKeys keeps: the two keys, in order.
+const quicKeysSize = len(quic.StatelessResetKey{}) + len(quic.TokenGeneratorKey{})
+
+// LoadQUICKeys returns the keys kept in the file path, creating the file
+// (mode 0600, random keys) when it does not exist or does not hold keys;
+// created says it did. The file is written whole under another name and
+// renamed, so a crash never leaves half a key behind.
+func LoadQUICKeys(path string) (keys *QUICKeys, created bool, err error) {
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) == quicKeysSize {
+		keys = &QUICKeys{}
+		n := copy(keys.Reset[:], b)
+		copy(keys.Token[:], b[n:])
+		return keys, false, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, fmt.Errorf("QUIC keys %s: %w", path, err)
+	}
+	b = make([]byte, quicKeysSize)
+	if _, err := rand.Read(b); err != nil {
+		return nil, false, fmt.Errorf("QUIC keys: %w", err)
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return nil, false, fmt.Errorf("QUIC keys %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return nil, false, fmt.Errorf("QUIC keys %s: %w", path, err)
+	}
+	keys = &QUICKeys{}
+	n := copy(keys.Reset[:], b)
+	copy(keys.Token[:], b[n:])
+	return keys, true, nil
 }

@@ -123,6 +123,25 @@ func udpSocketsOn(t *testing.T, port uint16) int {
 	return n
 }
 
+// h3Snapshot serves HTTP/3 on 127.0.0.1:port with the certificate given,
+// proxying to backend and answering X-Agent: agent, so a test can tell
+// which slow path served a request.
+func h3Snapshot(port uint16, agent, backend string, certPEM, keyPEM []byte) *pb.ConfigSnapshot {
+	tlsCfg := &pb.ListenerTLS{Certificates: []string{"ns/c"}}
+	l := &pb.Listener{Name: "ns/gw/h3", Gateway: "ns/gw", Addresses: []string{"127.0.0.1"}, Port: uint32(port), Protocol: pb.Protocol_PROTOCOL_HTTP3, Tls: tlsCfg, Routes: []string{"ns/r"}}
+	r := rule(prefix("/"), "ns/a")
+	r.Filters = []*pb.RouteFilter{{Filter: &pb.RouteFilter_ResponseHeaderModifier{ResponseHeaderModifier: &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Agent", Value: agent}}}}}}
+	rt := route("ns/r", r)
+	rt.Listeners = []string{l.Name}
+	rt.Kind = pb.RouteKind_ROUTE_KIND_HTTP
+	return &pb.ConfigSnapshot{Version: 1, Cluster: &pb.ClusterConfig{
+		Listeners:    []*pb.Listener{l},
+		Routes:       []*pb.Route{rt},
+		Backends:     []*pb.Backend{backendOf("ns/a", backend)},
+		Certificates: []*pb.Certificate{{Name: "ns/c", CertPem: certPEM, KeyPem: keyPEM}},
+	}}
+}
+
 // quicHandoff is an HTTP/3 listener on 127.0.0.1 served by an old slow
 // path (generation 0, route answering X-Agent: old) and handed to a
 // successor (generation 1, X-Agent: new) the way an agent upgrade does;
@@ -154,22 +173,8 @@ func newQUICHandoff(t *testing.T, drain time.Duration) *quicHandoff {
 	ca, _ := testcert.NewCA("test")
 	certPEM, keyPEM, _ := ca.Leaf("h3.test")
 	h.clientTLS = &tls.Config{ServerName: "h3.test", RootCAs: ca.Pool()}
-	be := echoServer(t, "a")
-	snap := func(agent string) *pb.ConfigSnapshot {
-		tlsCfg := &pb.ListenerTLS{Certificates: []string{"ns/c"}}
-		l := &pb.Listener{Name: "ns/gw/h3", Gateway: "ns/gw", Addresses: []string{"127.0.0.1"}, Port: uint32(h.port), Protocol: pb.Protocol_PROTOCOL_HTTP3, Tls: tlsCfg, Routes: []string{"ns/r"}}
-		r := rule(prefix("/"), "ns/a")
-		r.Filters = []*pb.RouteFilter{{Filter: &pb.RouteFilter_ResponseHeaderModifier{ResponseHeaderModifier: &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Agent", Value: agent}}}}}}
-		rt := route("ns/r", r)
-		rt.Listeners = []string{l.Name}
-		rt.Kind = pb.RouteKind_ROUTE_KIND_HTTP
-		return &pb.ConfigSnapshot{Version: 1, Cluster: &pb.ClusterConfig{
-			Listeners:    []*pb.Listener{l},
-			Routes:       []*pb.Route{rt},
-			Backends:     []*pb.Backend{backendOf("ns/a", hostport(be))},
-			Certificates: []*pb.Certificate{{Name: "ns/c", CertPem: certPEM, KeyPem: keyPEM}},
-		}}
-	}
+	be := hostport(echoServer(t, "a"))
+	snap := func(agent string) *pb.ConfigSnapshot { return h3Snapshot(h.port, agent, be, certPEM, keyPEM) }
 	logs := &lockedBuf{}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -163,7 +163,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.StringToStringVar(&f.nodeLabels, "node-labels", nil, "this node's labels as key=value,...; standalone ProxyVIP nodeSelectors match them")
 	fl.StringVar(&f.adminSocket, "admin-socket", agent.DefaultAdminSocket, "Unix socket of the admin API (novaedgectl --socket); root only; empty: no admin API")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", ":9090", "TCP address of /healthz, /readyz and /metrics; empty: none")
-	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/novaedge", "directory for state kept across restarts: the last good snapshot and the Local VIP addresses the agent bound")
+	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/novaedge", "directory for state kept across restarts: the last good snapshot, the Local VIP addresses the agent bound and the HTTP/3 keys")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one object per line)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "load and check the configuration, print its problems and the fast/slow path plan, and exit (1 if it has errors); changes nothing")
@@ -469,7 +469,7 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	// XDP takes their packets arriving on the attached interfaces, and
 	// the listeners serve what XDP never sees (clients on this host, and
 	// every client when the fast path cannot run).
-	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg, ServeFastPlan: true})
+	proxy := slowpath.New(slowpath.Options{Logger: log.With("component", "slowpath"), Registry: reg, ServeFastPlan: true, QUICKeys: f.quicKeys(log)})
 	theProxy.Store(proxy)
 	defer proxy.Close()
 	opts.Appliers = append(opts.Appliers, proxy)
@@ -680,4 +680,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// quicKeys returns the HTTP/3 keys kept in --state-dir, so that the agent
+// that follows this one (upgrade, restart, crash) resets the QUIC
+// connections it cannot serve at once. Without them HTTP/3 still works:
+// clients of lost connections wait out their idle timeout.
+func (f *flags) quicKeys(log *slog.Logger) *slowpath.QUICKeys {
+	if f.stateDir == "" {
+		return nil
+	}
+	path := filepath.Join(f.stateDir, "quic-keys")
+	err := os.MkdirAll(f.stateDir, 0o700)
+	if err == nil {
+		var keys *slowpath.QUICKeys
+		var created bool
+		if keys, created, err = slowpath.LoadQUICKeys(path); err == nil {
+			if created {
+				log.Info("new HTTP/3 keys", "file", path)
+			}
+			return keys
+		}
+	}
+	log.Warn("HTTP/3 keys not kept: after a restart, clients of lost QUIC connections wait out their idle timeout", "file", path, "error", err)
+	return nil
 }
