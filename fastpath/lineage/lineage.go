@@ -1,6 +1,7 @@
 package lineage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -86,7 +87,8 @@ func Prev(l *pb.MaglevLineage, size uint32, idOf func(key string) (uint32, bool)
 	if l == nil || l.GetSize() != size {
 		return nil, nil
 	}
-	if err := Validate(l); err != nil {
+	t, err := indices(l)
+	if err != nil {
 		return nil, err
 	}
 	ids := make([]uint32, len(l.GetBackends()))
@@ -95,11 +97,8 @@ func Prev(l *pb.MaglevLineage, size uint32, idOf func(key string) (uint32, bool)
 			ids[i] = id
 		}
 	}
-	t := make(maglev.Table, size)
-	w := width(len(ids))
-	r := bitReader{buf: l.GetSlots()}
-	for s := range t {
-		t[s] = ids[r.read(w)]
+	for s, i := range t {
+		t[s] = ids[i]
 	}
 	return t, nil
 }
@@ -107,14 +106,13 @@ func Prev(l *pb.MaglevLineage, size uint32, idOf func(key string) (uint32, bool)
 // Owners returns the backend ("address:port") owning each slot of l, for
 // inspection and tests.
 func Owners(l *pb.MaglevLineage) ([]string, error) {
-	if err := Validate(l); err != nil {
+	idx, err := indices(l)
+	if err != nil {
 		return nil, err
 	}
-	out := make([]string, l.GetSize())
-	w := width(len(l.GetBackends()))
-	r := bitReader{buf: l.GetSlots()}
-	for s := range out {
-		out[s] = l.GetBackends()[r.read(w)]
+	out := make([]string, len(idx))
+	for s, i := range idx {
+		out[s] = l.GetBackends()[i]
 	}
 	return out, nil
 }
@@ -125,32 +123,37 @@ func Owners(l *pb.MaglevLineage) ([]string, error) {
 // "address:port" strings, and exactly size slot indices, each naming a
 // backend.
 func Validate(l *pb.MaglevLineage) error {
+	_, err := indices(l)
+	return err
+}
+
+// indices validates l (see Validate) and returns its slots' backend
+// indices.
+func indices(l *pb.MaglevLineage) ([]uint32, error) {
 	n := len(l.GetBackends())
 	if l.GetSize() == 0 || l.GetSize() > maglev.MaxSize {
-		return fmt.Errorf("%w: size %d is not in [1, %d]", ErrInvalid, l.GetSize(), maglev.MaxSize)
+		return nil, fmt.Errorf("%w: size %d is not in [1, %d]", ErrInvalid, l.GetSize(), maglev.MaxSize)
 	}
 	if n == 0 || n > MaxBackends {
-		return fmt.Errorf("%w: %d backends, want 1 to %d", ErrInvalid, n, MaxBackends)
+		return nil, fmt.Errorf("%w: %d backends, want 1 to %d", ErrInvalid, n, MaxBackends)
 	}
 	for i, k := range l.GetBackends() {
 		if _, err := netip.ParseAddrPort(k); err != nil {
-			return fmt.Errorf("%w: backends[%d]: %w", ErrInvalid, i, err)
+			return nil, fmt.Errorf("%w: backends[%d]: %w", ErrInvalid, i, err)
 		}
 		if i > 0 && l.GetBackends()[i-1] >= k {
-			return fmt.Errorf("%w: backends[%d] %q is not after %q (sorted, unique)", ErrInvalid, i, k, l.GetBackends()[i-1])
+			return nil, fmt.Errorf("%w: backends[%d] %q is not after %q (sorted, unique)", ErrInvalid, i, k, l.GetBackends()[i-1])
 		}
 	}
 	w := width(n)
 	if want := (uint64(l.GetSize())*uint64(w) + 7) / 8; uint64(len(l.GetSlots())) != want {
-		return fmt.Errorf("%w: slots has %d bytes, want %d (%d slots of %d bits)", ErrInvalid, len(l.GetSlots()), want, l.GetSize(), w)
+		return nil, fmt.Errorf("%w: slots has %d bytes, want %d (%d slots of %d bits)", ErrInvalid, len(l.GetSlots()), want, l.GetSize(), w)
 	}
-	r := bitReader{buf: l.GetSlots()}
-	for s := range l.GetSize() {
-		if i := r.read(w); int(i) >= n {
-			return fmt.Errorf("%w: slot %d names backend %d of %d", ErrInvalid, s, i, n)
-		}
+	out := make([]uint32, l.GetSize())
+	if s := unpack(l.GetSlots(), w, uint32(n), out); s >= 0 {
+		return nil, fmt.Errorf("%w: slot %d names backend %d of %d", ErrInvalid, s, out[s], n)
 	}
-	return nil
+	return out, nil
 }
 
 // Next builds the table that follows prev for members (IDs as Members
@@ -188,33 +191,33 @@ func Encode(t maglev.Table, members []maglev.Backend) (*pb.MaglevLineage, error)
 	for _, m := range members {
 		maxID = max(maxID, m.ID)
 	}
-	var lookup func(id uint32) (int, bool)
+	owner := make([]int32, len(t)) // member index per slot
 	if int(maxID) <= 4*len(members)+64 {
 		pos := make([]int32, maxID+1)
 		for i, m := range members {
 			pos[m.ID] = int32(i) + 1
 		}
-		lookup = func(id uint32) (int, bool) {
+		for s, id := range t {
 			if id > maxID || pos[id] == 0 {
-				return 0, false
+				return nil, fmt.Errorf("%w: slot %d names ID %d, which no member has", ErrInvalid, s, id)
 			}
-			return int(pos[id]) - 1, true
+			owner[s] = pos[id] - 1
 		}
 	} else {
-		pos := make(map[uint32]int, len(members))
+		pos := make(map[uint32]int32, len(members))
 		for i, m := range members {
-			pos[m.ID] = i
+			pos[m.ID] = int32(i)
 		}
-		lookup = func(id uint32) (int, bool) { i, ok := pos[id]; return i, ok }
+		for s, id := range t {
+			i, ok := pos[id]
+			if !ok {
+				return nil, fmt.Errorf("%w: slot %d names ID %d, which no member has", ErrInvalid, s, id)
+			}
+			owner[s] = i
+		}
 	}
-	owner := make([]int32, len(t)) // member index per slot
 	owns := make([]bool, len(members))
-	for s, id := range t {
-		i, ok := lookup(id)
-		if !ok {
-			return nil, fmt.Errorf("%w: slot %d names ID %d, which no member has", ErrInvalid, s, id)
-		}
-		owner[s] = int32(i)
+	for _, i := range owner {
 		owns[i] = true
 	}
 	var keys []string
@@ -227,19 +230,14 @@ func Encode(t maglev.Table, members []maglev.Backend) (*pb.MaglevLineage, error)
 		return nil, fmt.Errorf("%w: %d backends own slots, at most %d can be named", ErrInvalid, len(keys), MaxBackends)
 	}
 	slices.Sort(keys)
-	index := make([]uint64, len(members))
+	index := make([]uint32, len(members))
 	for i, m := range members {
 		if owns[i] {
 			j, _ := slices.BinarySearch(keys, m.Key)
-			index[i] = uint64(j)
+			index[i] = uint32(j)
 		}
 	}
-	w := width(len(keys))
-	bw := bitWriter{buf: make([]byte, 0, (len(t)*int(w)+7)/8)}
-	for _, i := range owner {
-		bw.write(index[i], w)
-	}
-	return &pb.MaglevLineage{Size: uint32(len(t)), Backends: keys, Slots: bw.flush()}, nil
+	return &pb.MaglevLineage{Size: uint32(len(t)), Backends: keys, Slots: pack(owner, index, width(len(keys)))}, nil
 }
 
 // width is the bits per slot for n backends: enough for n-1, at least 1.
@@ -247,49 +245,51 @@ func width(n int) uint {
 	return uint(max(1, bits.Len(uint(n-1))))
 }
 
-type bitReader struct {
-	buf  []byte
-	acc  uint64
-	have uint
-	pos  int
-}
-
-func (r *bitReader) read(w uint) uint64 {
-	for r.have < w {
-		var b byte
-		if r.pos < len(r.buf) {
-			b = r.buf[r.pos]
+// pack writes index[owner[s]] for every slot s in w bits (w ≤ 16), least
+// significant bit first.
+func pack(owner []int32, index []uint32, w uint) []byte {
+	size := (len(owner)*int(w) + 7) / 8
+	buf := make([]byte, 0, size+4)
+	var acc uint64
+	have := uint(0)
+	for _, o := range owner {
+		acc |= uint64(index[o]) << have
+		have += w
+		if have >= 32 {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(acc))
+			acc >>= 32
+			have -= 32
 		}
-		r.pos++
-		r.acc |= uint64(b) << r.have
-		r.have += 8
 	}
-	v := r.acc & (1<<w - 1)
-	r.acc >>= w
-	r.have -= w
-	return v
+	for ; have > 0; have -= min(have, 8) {
+		buf = append(buf, byte(acc))
+		acc >>= 8
+	}
+	return buf[:size:size]
 }
 
-type bitWriter struct {
-	buf  []byte
-	acc  uint64
-	have uint
-}
-
-func (bw *bitWriter) write(v uint64, w uint) {
-	bw.acc |= v << bw.have
-	bw.have += w
-	for bw.have >= 8 {
-		bw.buf = append(bw.buf, byte(bw.acc))
-		bw.acc >>= 8
-		bw.have -= 8
+// unpack reads len(out) values of w bits (w ≤ 16) from buf into out and
+// returns the first slot whose value is not below limit, or -1.
+func unpack(buf []byte, w uint, limit uint32, out []uint32) int {
+	mask := uint64(1)<<w - 1
+	pos := uint(0)
+	bad := -1
+	for s := range out {
+		off := pos >> 3
+		var v uint64
+		if off+8 <= uint(len(buf)) {
+			v = binary.LittleEndian.Uint64(buf[off:])
+		} else {
+			var tail [8]byte
+			copy(tail[:], buf[off:])
+			v = binary.LittleEndian.Uint64(tail[:])
+		}
+		x := uint32(v >> (pos & 7) & mask)
+		out[s] = x
+		if x >= limit && bad < 0 {
+			bad = s
+		}
+		pos += w
 	}
-}
-
-func (bw *bitWriter) flush() []byte {
-	if bw.have > 0 {
-		bw.buf = append(bw.buf, byte(bw.acc))
-		bw.acc, bw.have = 0, 0
-	}
-	return bw.buf
+	return bad
 }
