@@ -15,6 +15,24 @@ import (
 
 // listenGroup opens n UDP sockets on one 127.0.0.1 port, all with
 // SO_REUSEPORT, so they form one reuseport group.
+// steeredGroup is a steering Group (closed when the test ends) of n
+// sockets of one reuseport group, socket i of generation first+i.
+func steeredGroup(t *testing.T, n int, first uint8) (*Group, []*net.UDPConn) {
+	t.Helper()
+	socks := listenGroup(t, n)
+	g, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	for i, s := range socks {
+		if err := g.Join(s, first+uint8(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return g, socks
+}
+
 func listenGroup(t *testing.T, n int) []*net.UDPConn {
 	t.Helper()
 	lc := net.ListenConfig{Control: reuseport.Enable}
@@ -60,17 +78,7 @@ func cid(gen byte) []byte { return []byte{gen, 9, 9, 9, 9, 9, 9, 9} }
 // socket of the expected generation; a marker sent to each socket at the
 // end proves no datagram went to the other one.
 func TestSteering(t *testing.T) {
-	socks := listenGroup(t, 2)
-	g, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	for gen, s := range socks {
-		if err := g.Join(s, uint8(gen)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	g, socks := steeredGroup(t, 2, 0)
 	if err := g.Activate(1); err != nil {
 		t.Fatal(err)
 	}
@@ -144,17 +152,7 @@ func TestSteering(t *testing.T) {
 // socket, packets of its connections go to the newest (which answers them
 // with a stateless reset) instead of being lost.
 func TestSteeringOldGenerationGone(t *testing.T) {
-	socks := listenGroup(t, 2)
-	g, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	for gen, s := range socks {
-		if err := g.Join(s, uint8(gen+41)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	g, socks := steeredGroup(t, 2, 41)
 	if err := g.Activate(42); err != nil {
 		t.Fatal(err)
 	}
