@@ -357,6 +357,7 @@ func (d *decider) writeLineages(ctx context.Context, w *world, snap *pb.ConfigSn
 	done, werrs := persistLineages(ctx, d.c.mgr.GetClient(), d.c.opts.Namespace, w.lineages, want, hold)
 	for _, x := range done {
 		d.c.log.Info("maglev lineage "+x.op+"d", "entry", x.key, "configmap", x.name, "backends", x.backends)
+		d.c.metrics.lineageWrites.WithLabelValues(x.op).Inc()
 	}
 	return append(errs, werrs...)
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,9 @@ type metrics struct {
 	buildSeconds prometheus.Histogram
 	builtNodes   prometheus.Gauge
 	decisions    *prometheus.CounterVec
+	// lineageWrites counts the Maglev lineage ConfigMaps the leader
+	// created, updated and deleted.
+	lineageWrites *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -26,15 +30,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "novaedge_controller_decision_runs_total", Help: "Leader decision runs (allocations, assignments, status), by result.",
 		}, []string{"result"}),
+		lineageWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "novaedge_controller_maglev_lineage_writes_total", Help: "Maglev lineage ConfigMaps the leader wrote, by operation (create, update, delete).",
+		}, []string{"op"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.buildSeconds, m.builtNodes, m.decisions} {
-			// Two controllers in one process (tests) share the registry:
-			// the first registration serves.
-			_ = reg.Register(c)
-		}
+		// Two controllers in one process (tests) share the registry and,
+		// through it, the first one's collectors.
+		m.buildSeconds = register(reg, m.buildSeconds)
+		m.builtNodes = register(reg, m.builtNodes)
+		m.decisions = register(reg, m.decisions)
+		m.lineageWrites = register(reg, m.lineageWrites)
 	}
 	return m
+}
+
+// register registers c in reg and returns it, or the collector of the same
+// name that reg already has.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
 }
 
 func (m *metrics) observeBuild(nodes int, d time.Duration) {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/novaedge/novaedge/controller"
 	"github.com/novaedge/novaedge/fastpath/lineage"
@@ -272,6 +273,38 @@ func TestMaglevLineage(t *testing.T) {
 			return planEntryOf(a2.state(), key) == nil, fmt.Sprint(a2.state().GetVersion())
 		})
 	})
+
+	t.Run("the writes are counted", func(t *testing.T) {
+		for _, op := range []string{"create", "update", "delete"} {
+			if n := lineageWrites(t, op); n < 1 {
+				t.Errorf("novaedge_controller_maglev_lineage_writes_total{op=%q} = %v, want ≥ 1", op, n)
+			}
+		}
+	})
+}
+
+// lineageWrites reads the controllers' counter of lineage ConfigMap writes
+// of one operation (the controllers run in this process and register in
+// controller-runtime's registry).
+func lineageWrites(t *testing.T, op string) float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "novaedge_controller_maglev_lineage_writes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // TestMaglevLineageOff: a controller run with the lineages off
