@@ -198,7 +198,10 @@ func writeStatus(w io.Writer, st *pb.AgentStatus, now time.Time) error {
 }
 
 func newSnapshotCommand(o *options) *cobra.Command {
-	var output string
+	var (
+		output string
+		slots  bool
+	)
 	cmd := &cobra.Command{
 		Use:   "snapshot",
 		Short: "Print the ConfigSnapshot the agent serves",
@@ -206,7 +209,8 @@ func newSnapshotCommand(o *options) *cobra.Command {
 listeners, routes, backends, policies, certificates and the plan; node part:
 the VIPs this node serves), as protojson with the proto field names, or as
 YAML converted from it. Certificate private keys are included as the agent
-holds them: treat the output as secret.`,
+holds them: treat the output as secret. The slots of Maglev lineages (8 to
+130 KB per entry) are left out unless --lineage-slots is given.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.agentCall(cmd.Context(), func(ctx context.Context, c pb.AgentAdminClient) error {
@@ -214,11 +218,19 @@ holds them: treat the output as secret.`,
 				if err != nil {
 					return err
 				}
+				if !slots {
+					for _, e := range s.GetCluster().GetPlan() {
+						if e.GetLineage() != nil {
+							e.Lineage.Slots = nil
+						}
+					}
+				}
 				return writeProto(cmd.OutOrStdout(), s, output)
 			})
 		},
 	}
 	outputFlag(cmd, &output, "both show the same fields", "json", "yaml")
+	cmd.Flags().BoolVar(&slots, "lineage-slots", false, "include the slots of Maglev lineages (PlanEntry.lineage.slots), which are left out by default")
 	return cmd
 }
 

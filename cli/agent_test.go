@@ -161,3 +161,40 @@ func TestAgentUnreachable(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// snapshot leaves the slots of Maglev lineages out unless asked: they are
+// up to 130 KB of base64 per entry.
+func TestSnapshotLineageSlots(t *testing.T) {
+	f := &fakeAgent{}
+	sock := startFakeAgent(t, f)
+	for _, e := range f.snap.GetCluster().GetPlan() {
+		if e.GetPath() == pb.DataPath_DATA_PATH_FAST {
+			e.Lineage = &pb.MaglevLineage{Size: 251, Backends: []string{"127.0.0.1:19001"}, Slots: []byte("SLOTBYTES")}
+		}
+	}
+	for _, tc := range []struct {
+		args      []string
+		wantSlots bool
+	}{
+		{[]string{"snapshot"}, false},
+		{[]string{"snapshot", "--lineage-slots"}, true},
+	} {
+		code, out, errOut := run(append(tc.args, "--socket", sock)...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		var s pb.ConfigSnapshot
+		if err := protojson.Unmarshal([]byte(out), &s); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		var got *pb.MaglevLineage
+		for _, e := range s.GetCluster().GetPlan() {
+			if e.GetLineage() != nil {
+				got = e.GetLineage()
+			}
+		}
+		if got == nil || len(got.GetBackends()) != 1 || (string(got.GetSlots()) == "SLOTBYTES") != tc.wantSlots {
+			t.Errorf("%v: lineage %v, want slots %v", tc.args, got, tc.wantSlots)
+		}
+	}
+}

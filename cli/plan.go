@@ -24,6 +24,29 @@ type planRow struct {
 	Endpoints []string `json:"endpoints,omitempty"`
 	// Forwarding is how XDP hands FAST flows to their backends; nil for SLOW.
 	Forwarding *planForwarding `json:"forwarding,omitempty"`
+	// Maglev says what a FAST entry's table is built from; nil for SLOW.
+	Maglev *planMaglev `json:"maglev,omitempty"`
+}
+
+// planMaglev is what a FAST entry's Maglev table is built from.
+type planMaglev struct {
+	// LineageBackends, when not zero, is how many backends the leader's
+	// lineage names: the table is built from it, the same on every node.
+	LineageBackends int `json:"lineageBackends,omitempty"`
+	// NodeLocal: the endpoints are this node's only (externalTrafficPolicy
+	// Local), so the table is this node's own.
+	NodeLocal bool `json:"nodeLocal,omitempty"`
+}
+
+// String says in a few words what the table is built from.
+func (m *planMaglev) String() string {
+	switch {
+	case m.LineageBackends > 0:
+		return fmt.Sprintf("from the leader's lineage (%d backends)", m.LineageBackends)
+	case m.NodeLocal:
+		return "from this node's endpoints only"
+	}
+	return "from the endpoints"
 }
 
 // planForwarding is a PlanEntry's forwarding with the values users write in
@@ -91,6 +114,9 @@ func planRows(plan []*pb.PlanEntry) []planRow {
 		if r.Reasons == nil {
 			r.Reasons = []string{}
 		}
+		if e.GetPath() == pb.DataPath_DATA_PATH_FAST {
+			r.Maglev = &planMaglev{LineageBackends: len(e.GetLineage().GetBackends()), NodeLocal: e.GetNodeLocal()}
+		}
 		for _, ep := range e.GetEndpoints() {
 			r.Endpoints = append(r.Endpoints, fmt.Sprintf("%s w=%d %s", hostPort(ep.GetAddress(), ep.GetPort()), ep.GetWeight(), endpointState(ep.GetState())))
 		}
@@ -152,6 +178,9 @@ func writePlanTable(w io.Writer, rows []planRow) error {
 		notes := r.Reasons
 		if r.Forwarding != nil {
 			notes = append(slices.Clip(notes), "forwarding: "+r.Forwarding.String())
+		}
+		if r.Maglev != nil && (r.Maglev.LineageBackends > 0 || r.Maglev.NodeLocal) {
+			notes = append(slices.Clip(notes), "maglev table: "+r.Maglev.String())
 		}
 		p.printf("%s\t%s/%s\t%s\t%s\t%s\n", vip, hostPort(r.Address, r.Port), r.Protocol, r.Path, r.Listener, strings.Join(notes, "; "))
 	}

@@ -78,3 +78,40 @@ func TestPlanForwarding(t *testing.T) {
 		t.Errorf("JSON forwarding (-want +got):\n%s", diff)
 	}
 }
+
+// The plan says when a FAST entry's Maglev table comes from the leader's
+// lineage or from this node's endpoints alone.
+func TestPlanMaglev(t *testing.T) {
+	fast := func(port uint32) *pb.PlanEntry {
+		return &pb.PlanEntry{Vip: "v", Address: "10.0.0.1", Port: port, Protocol: pb.L4Protocol_L4_PROTOCOL_TCP, Path: pb.DataPath_DATA_PATH_FAST, Listener: "l", Reasons: []string{"why"}}
+	}
+	lin, local := fast(1), fast(2)
+	lin.Lineage = &pb.MaglevLineage{Size: 251, Backends: []string{"10.1.0.1:80", "10.1.0.2:80"}}
+	local.NodeLocal = true
+	plan := []*pb.PlanEntry{lin, local, fast(3)}
+	var table bytes.Buffer
+	if err := WritePlan(&table, plan); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(table.String()), "\n")[1:] {
+		got = append(got, strings.Join(strings.Fields(line), " "))
+	}
+	want := []string{
+		"v 10.0.0.1:1/tcp FAST l why; maglev table: from the leader's lineage (2 backends)",
+		"v 10.0.0.1:2/tcp FAST l why; maglev table: from this node's endpoints only",
+		"v 10.0.0.1:3/tcp FAST l why",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+	raw, err := json.Marshal(planRows(plan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"maglev":{"lineageBackends":2}`, `"maglev":{"nodeLocal":true}`, `"maglev":{}`} {
+		if !strings.Contains(string(raw), s) {
+			t.Errorf("JSON lacks %s: %s", s, raw)
+		}
+	}
+}
