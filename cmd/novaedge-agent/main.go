@@ -559,7 +559,9 @@ func (f *flags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := a.Serve(ctx, serveOpts); err != nil {
 		return err
 	}
-	log.Info("stopped; VIP addresses stay bound for the next start")
+	// The deferred closes drain what is in flight (HTTP/3 connections a
+	// successor took over: until they end, within the drain timeout).
+	log.Info("stopped accepting; draining in-flight requests, then exiting (VIP addresses stay bound for the next start)")
 	return nil
 }
 

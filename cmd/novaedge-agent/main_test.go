@@ -179,6 +179,38 @@ type agentProc struct {
 	client pb.AgentAdminClient
 	sock   string
 	done   chan error
+	// exited is closed once the process has exited (after done got its
+	// result), so cleanups need not read cmd.ProcessState, which the
+	// waiting goroutine writes.
+	exited chan struct{}
+}
+
+// watch waits for the started process in the background.
+func (p *agentProc) watch() {
+	p.exited = make(chan struct{})
+	go func() {
+		p.done <- p.cmd.Wait()
+		close(p.exited)
+	}()
+}
+
+// kill ends the process unless it has exited, and logs how it ended if
+// nobody took its result.
+func (p *agentProc) kill(t *testing.T) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Logf("agent stopped: %v", err)
+		}
+	default:
+	}
 }
 
 type lockedBuffer struct {
@@ -224,15 +256,8 @@ func startAgentWith(t *testing.T, launcher []string, dir string, waitReady bool,
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			if err := <-p.done; err != nil {
-				t.Logf("agent stopped: %v", err)
-			}
-		}
-	})
+	p.watch()
+	t.Cleanup(func() { p.kill(t) })
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -455,14 +480,9 @@ func TestControllerModeProcess(t *testing.T) {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	p.watch()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			if err := <-p.done; err != nil {
-				t.Logf("agent stopped: %v", err)
-			}
-		}
+		p.kill(t)
 		if t.Failed() {
 			t.Logf("the agent's log:\n%s", p.logs.String())
 		}

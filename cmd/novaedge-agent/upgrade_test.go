@@ -83,13 +83,8 @@ func (d *nsDialer) DialContext(ctx context.Context, _, addr string) (net.Conn, e
 // handoff socket, the old one drains and exits, and no request fails.
 func TestUpgradeWithoutRefusedConnections(t *testing.T) {
 	ns := netns(t)
-	for _, b := range []struct{ addr, name string }{{"127.0.0.1:18081", "web-1"}, {"127.0.0.1:18082", "web-2"}} {
-		cmd := exec.Command("ip", "netns", "exec", ns, ctlBinary(t), "demo-backend", "--listen", b.addr, "--name", b.name)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	}
+	startDemoBackend(t, ns, "127.0.0.1:18081", "web-1")
+	startDemoBackend(t, ns, "127.0.0.1:18082", "web-2")
 	dir := t.TempDir()
 	old := startAgentIn(t, ns, dir, true)
 
