@@ -11,6 +11,21 @@ import (
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
+// planLines prints plan as a table and returns its rows (without the
+// header), each with its columns joined by one space.
+func planLines(t *testing.T, plan []*pb.PlanEntry) []string {
+	t.Helper()
+	var table bytes.Buffer
+	if err := WritePlan(&table, plan); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(table.String()), "\n")[1:] {
+		out = append(out, strings.Join(strings.Fields(line), " "))
+	}
+	return out
+}
+
 // The plan shows how each FAST entry is forwarded, in the table (after the
 // reasons) and in JSON (with the names spec.forwarding uses); SLOW entries
 // have no forwarding.
@@ -29,14 +44,7 @@ func TestPlanForwarding(t *testing.T) {
 		entry(6, pb.DataPath_DATA_PATH_SLOW, nil),
 	}
 
-	var table bytes.Buffer
-	if err := WritePlan(&table, plan); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(table.String()), "\n")[1:] {
-		got = append(got, strings.Join(strings.Fields(line), " "))
-	}
+	got := planLines(t, plan)
 	want := []string{
 		"v 10.0.0.1:1/tcp FAST ns/gw/l why; forwarding: NAT with SNAT to the node's address",
 		"v 10.0.0.1:2/tcp FAST ns/gw/l why; forwarding: NAT keeping the client address (DNAT only)",
@@ -89,14 +97,7 @@ func TestPlanMaglev(t *testing.T) {
 	lin.Lineage = &pb.MaglevLineage{Size: 251, Backends: []string{"10.1.0.1:80", "10.1.0.2:80"}}
 	local.NodeLocal = true
 	plan := []*pb.PlanEntry{lin, local, fast(3)}
-	var table bytes.Buffer
-	if err := WritePlan(&table, plan); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(table.String()), "\n")[1:] {
-		got = append(got, strings.Join(strings.Fields(line), " "))
-	}
+	got := planLines(t, plan)
 	want := []string{
 		"v 10.0.0.1:1/tcp FAST l why; maglev table: from the leader's lineage (2 backends)",
 		"v 10.0.0.1:2/tcp FAST l why; maglev table: from this node's endpoints only",
