@@ -20,6 +20,7 @@ import (
 	"github.com/novaedge/novaedge/slowpath/endpoint"
 	"github.com/novaedge/novaedge/slowpath/h1"
 	"github.com/novaedge/novaedge/slowpath/health"
+	"github.com/novaedge/novaedge/slowpath/internal/workpool"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 )
 
@@ -338,6 +339,11 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		if h2cUpgrade(r) && p.serveH2CUpgrade(w, r, handler) {
 			return
 		}
+		if r.ProtoMajor >= 2 {
+			// A goroutine per stream: run on a worker whose stack has grown.
+			streamWorkers.Run(func() { p.serveHTTP(key, w, r) })
+			return
+		}
 		p.serveHTTP(key, w, r)
 	}
 	if key.Network == "udp" {
@@ -510,3 +516,9 @@ func (p *Proxy) String() string { return fmt.Sprintf("slowpath(%d sockets)", len
 // successor or inheriting a predecessor's (sockets.Set.ServeHandoff,
 // Inherit).
 func (p *Proxy) Sockets() *sockets.Set { return p.socks }
+
+// streamWorkers run the HTTP/2 and HTTP/3 requests of every proxy in the
+// process (see package workpool): up to 4096 at once, beyond which a
+// stream runs on its own goroutine; 64 idle workers stay, others leave
+// after 30 s idle.
+var streamWorkers = workpool.New(4096, 64, 30*time.Second)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/novaedge/novaedge/slowpath/internal/httphead"
+	"github.com/novaedge/novaedge/slowpath/internal/wbatch"
 )
 
 // conn is one client connection and the request state it reuses.
@@ -28,6 +29,9 @@ type conn struct {
 	nc     net.Conn
 	br     *bufio.Reader
 	bw     *bufio.Writer
+	// out is what bw writes to: the end of a response is written in a
+	// burst with other connections' (see package wbatch).
+	out    wbatch.Writer
 	remote string
 	state  atomic.Int32
 	ctx    context.Context
@@ -67,8 +71,9 @@ func (c *conn) init(nc net.Conn) {
 	c.remote = nc.RemoteAddr().String()
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(nc)
+	c.out.Reset(nc, wbatch.Default)
 	c.bw = writers.Get().(*bufio.Writer)
-	c.bw.Reset(nc)
+	c.bw.Reset(&c.out)
 	c.hdr = make(http.Header, 8)
 	c.w.c = c
 	c.w.hdr = make(http.Header, 8)
@@ -97,6 +102,7 @@ func (c *conn) serve() {
 	defer func() {
 		c.cancel(nil)
 		if !c.hijacked {
+			_ = c.out.Sync()
 			_ = c.nc.Close()
 			c.release()
 		}
@@ -254,6 +260,7 @@ func (c *conn) release2Handoff() {
 	c.cancel(nil)
 	c.s.remove(c)
 	_ = c.nc.SetReadDeadline(time.Time{})
+	_ = c.out.Sync()
 	c.s.Handoff(&replayConn{Conn: c.nc, r: br})
 }
 
@@ -324,6 +331,7 @@ func (c *conn) lingerClose() {
 	if !ok {
 		return
 	}
+	_ = c.out.Sync()
 	_ = cw.CloseWrite()
 	_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, 256<<10))

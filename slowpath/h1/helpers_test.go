@@ -49,6 +49,15 @@ func serve(t testing.TB, srv *Server) *testServer { return serveWith(t, srv, nil
 // serveWith is serve with each accepted connection passed through prepare
 // first (a TLS handshake, say); prepare returns nil to drop it.
 func serveWith(t testing.TB, srv *Server, prepare func(net.Conn) net.Conn) *testServer {
+	return serveConns(t, srv, prepare, true)
+}
+
+// serveRaw is serve without the write counting: the server gets the
+// *net.TCPConn itself, whose response ends it writes in bursts (package
+// wbatch), as in production.
+func serveRaw(t testing.TB, srv *Server) *testServer { return serveConns(t, srv, nil, false) }
+
+func serveConns(t testing.TB, srv *Server, prepare func(net.Conn) net.Conn, counting bool) *testServer {
 	t.Helper()
 	if srv.Log == nil {
 		srv.Log = slog.New(slog.DiscardHandler)
@@ -72,7 +81,10 @@ func serveWith(t testing.TB, srv *Server, prepare func(net.Conn) net.Conn) *test
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var sc net.Conn = countingConn{c.(*net.TCPConn), n}
+				var sc net.Conn = c
+				if counting {
+					sc = countingConn{c.(*net.TCPConn), n}
+				}
 				if prepare != nil {
 					if sc = prepare(sc); sc == nil {
 						_ = c.Close()

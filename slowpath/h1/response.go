@@ -314,6 +314,10 @@ func (w *response) finish() error {
 		}
 		_, _ = bw.WriteString("\r\n")
 	}
+	// The response is complete: its last bytes may wait for the burst.
+	if bw.Buffered() > 0 {
+		w.c.out.Defer()
+	}
 	if err := bw.Flush(); err != nil {
 		return err
 	}
@@ -365,6 +369,9 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		// for; it may block for good.
 		b.closed = true
 		b.mu.Unlock()
+	}
+	if err := c.out.Sync(); err != nil {
+		return nil, nil, err
 	}
 	// The buffers go with the connection and are not pooled again.
 	rw := bufio.NewReadWriter(c.br, c.bw)

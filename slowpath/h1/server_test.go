@@ -3,6 +3,7 @@ package h1
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -538,4 +539,60 @@ func TestGoBeforeShutdown(t *testing.T) {
 	if err := recv(t, done); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
+}
+
+// TestBurstWrites runs the server on plain TCP connections, whose
+// response ends go out in bursts (package wbatch): pipelined responses
+// arrive whole and in order, a response before a close is not lost, and
+// a hijacker writes after the response before it.
+func TestBurstWrites(t *testing.T) {
+	ts := serveRaw(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hijack" {
+			nc, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			_, _ = io.WriteString(nc, "raw bytes")
+			_ = nc.Close()
+			return
+		}
+		_, _ = io.WriteString(w, "body of "+r.URL.Path)
+	})})
+	t.Run("pipelined", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		var reqs strings.Builder
+		for i := range 20 {
+			fmt.Fprintf(&reqs, "GET /%d HTTP/1.1\r\nHost: h\r\n\r\n", i)
+		}
+		cl.send(reqs.String())
+		for i := range 20 {
+			resp, body := cl.response("GET")
+			if resp.StatusCode != 200 || body != fmt.Sprintf("body of /%d", i) {
+				t.Fatalf("response %d: %d %q", i, resp.StatusCode, body)
+			}
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("GET /last HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		resp, body := cl.response("GET")
+		if body != "body of /last" || !resp.Close {
+			t.Fatalf("got %q (close %v)", body, resp.Close)
+		}
+		if _, err := cl.br.ReadByte(); err != io.EOF {
+			t.Fatalf("after the last response: %v, want EOF", err)
+		}
+	})
+	t.Run("hijack after a response", func(t *testing.T) {
+		cl := dial(t, ts.addr)
+		cl.send("GET /first HTTP/1.1\r\nHost: h\r\n\r\nGET /hijack HTTP/1.1\r\nHost: h\r\n\r\n")
+		if _, body := cl.response("GET"); body != "body of /first" {
+			t.Fatalf("first response %q", body)
+		}
+		rest, err := io.ReadAll(cl.br)
+		if err != nil || string(rest) != "raw bytes" {
+			t.Fatalf("after the first response: %q, %v; want the hijacker's bytes", rest, err)
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/novaedge/novaedge/slowpath/internal/wbatch"
 	"github.com/novaedge/novaedge/slowpath/upstream/internal/sockcheck"
 )
 
@@ -31,6 +32,9 @@ type conn struct {
 	nc net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
+	// out is what bw writes to: a request written whole goes out in a
+	// burst with other connections' (see package wbatch).
+	out wbatch.Writer
 	// idleAt is when the connection was last put in the pool.
 	idleAt time.Time
 	// reused: the connection served an exchange before this one.
@@ -51,6 +55,7 @@ type conn struct {
 
 func newConn(p *hostPool, nc net.Conn) *conn {
 	c := &conn{p: p, nc: nc}
+	c.out.Reset(nc, wbatch.Default)
 	c.br = bufio.NewReaderSize(connIO{c}, readBufSize)
 	c.bw = bufio.NewWriterSize(connIO{c}, writeBufSize)
 	c.interrupt = func() { _ = nc.SetDeadline(aLongTimeAgo) }
@@ -67,7 +72,7 @@ func (x connIO) Read(p []byte) (int, error) {
 }
 
 func (x connIO) Write(p []byte) (int, error) {
-	n, err := x.c.nc.Write(p)
+	n, err := x.c.out.Write(p)
 	x.c.written += int64(n)
 	return n, err
 }
@@ -392,6 +397,10 @@ func (c *conn) sendBody(ctx context.Context, req *http.Request, method string, b
 		return nil, c.abort(fmt.Errorf("read request body: %w", bodyErr))
 	}
 	if connErr == nil {
+		if w.Buffered() > 0 {
+			// The request is complete: it may wait for the burst.
+			c.out.Defer()
+		}
 		connErr = w.Flush()
 	}
 	if connErr != nil {
