@@ -25,10 +25,10 @@ type conn struct {
 	s *Server
 	// raw is the accepted connection, which Close closes; nc is what is
 	// served (raw, or TLS over it), set by init.
-	raw    net.Conn
-	nc     net.Conn
-	br     *bufio.Reader
-	bw     *bufio.Writer
+	raw net.Conn
+	nc  net.Conn
+	br  *bufio.Reader
+	bw  *bufio.Writer
 	// out is what bw writes to: the end of a response is written in a
 	// burst with other connections' (see package wbatch).
 	out    wbatch.Writer
