@@ -732,46 +732,6 @@ func (b *activityBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// idleWatch cancels the exchange when no activity was seen for d.
-// Activity costs an atomic store; the timer re-arms itself for the time
-// left instead of being reset on every byte.
-type idleWatch struct {
-	d      time.Duration
-	last   atomic.Int64 // Unix nanoseconds of the last activity
-	timer  *time.Timer
-	cancel context.CancelCauseFunc
-}
-
-// newIdleWatch cancels with errIdleTimeout when idle for d.
-func newIdleWatch(d time.Duration, cancel context.CancelCauseFunc) *idleWatch {
-	w := &idleWatch{d: d, cancel: cancel}
-	w.last.Store(time.Now().UnixNano())
-	w.timer = time.AfterFunc(d, w.check)
-	return w
-}
-
-func (w *idleWatch) check() {
-	idle := time.Since(time.Unix(0, w.last.Load()))
-	if idle >= w.d {
-		w.cancel(errIdleTimeout)
-		return
-	}
-	w.timer.Reset(w.d - idle)
-}
-
-// touch records activity; a nil watch ignores it.
-func (w *idleWatch) touch() {
-	if w != nil {
-		w.last.Store(time.Now().UnixNano())
-	}
-}
-
-func (w *idleWatch) stop() {
-	if w != nil {
-		w.timer.Stop()
-	}
-}
-
 // mirror sends a copy of the outbound request r to the mirror's backend
 // and discards the answer (Gateway API RequestMirror). Only requests without a body, or
 // with a replayable one, are mirrored; the copy's Host gets "-shadow", as

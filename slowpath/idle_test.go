@@ -15,8 +15,27 @@ import (
 )
 
 // TestStreamIdleTimeout: a WebSocket that keeps talking outlives the
-// route's idle timeout; one that goes silent is closed by the proxy.
+// route's idle timeout; one that goes silent is closed by the proxy. Both
+// ways of watching: a timer per exchange (short timeouts) and the shared
+// sweeper (long ones; here made to sweep a 2 s timeout every 50 ms).
 func TestStreamIdleTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		from, every time.Duration
+	}{
+		{"timer", idleSweepFrom, idleSweepEvery},
+		{"swept", 0, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			from, every := idleSweepFrom, idleSweepEvery
+			idleSweepFrom, idleSweepEvery = tc.from, tc.every
+			t.Cleanup(func() { idleSweepFrom, idleSweepEvery = from, every })
+			testStreamIdleTimeout(t)
+		})
+	}
+}
+
+func testStreamIdleTimeout(t *testing.T) {
 	e := newEnv(t)
 	ws := wsEchoServer(t)
 	r := rule(prefix("/"), "ns/ws")

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
 	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 	"github.com/novaedge/novaedge/slowpath/internal/wbatch"
 )
@@ -36,6 +37,9 @@ type conn struct {
 	state  atomic.Int32
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// hook runs what waits for ctx to end (the upstream client's
+	// interrupt) without a context.AfterFunc per request.
+	hook ctxhook.Slot
 	// tmpl carries the connection's context: a request is made by
 	// copying it, since a Request's context can only be set by copying.
 	tmpl     *http.Request
@@ -53,8 +57,12 @@ type conn struct {
 func newConn(s *Server, raw net.Conn) *conn {
 	c := &conn{s: s, raw: raw}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	c.cancel = cancel
-	c.ctx = context.WithValue(ctx, cancelerKey{}, c)
+	c.cancel = func(cause error) {
+		cancel(cause)
+		c.hook.Fire()
+	}
+	c.ctx = ctxhook.With(context.WithValue(ctx, cancelerKey{}, c), &c.hook)
+	c.hook.Init(c.ctx)
 	return c
 }
 

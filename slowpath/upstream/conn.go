@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
 	"github.com/novaedge/novaedge/slowpath/internal/wbatch"
 	"github.com/novaedge/novaedge/slowpath/upstream/internal/sockcheck"
 )
@@ -46,6 +47,7 @@ type conn struct {
 	// stop ends the current exchange's watch of its context (nil: no
 	// watch); interrupt is what the watch runs when the context ends.
 	stop      func() bool
+	hook      ctxhook.Hook // instead of stop, for a context with one
 	interrupt func()
 	// checker looks for a close from the server (made at the first
 	// check).
@@ -99,6 +101,11 @@ func (c *conn) alive() bool {
 // watch makes the end of ctx interrupt the connection's reads and writes
 // until unwatch. It starts no goroutine unless ctx ends.
 func (c *conn) watch(ctx context.Context) {
+	if h, ok := ctxhook.Of(ctx); ok {
+		h.Watch(c.interrupt)
+		c.hook = h
+		return
+	}
 	if ctx.Done() != nil {
 		c.stop = context.AfterFunc(ctx, c.interrupt)
 	}
@@ -108,6 +115,10 @@ func (c *conn) watch(ctx context.Context) {
 // ran or is running: the connection's deadlines are spoiled and it must
 // not be used again.
 func (c *conn) unwatch() bool {
+	if h := c.hook; h != nil {
+		c.hook = nil
+		return h.Unwatch()
+	}
 	if c.stop == nil {
 		return true
 	}

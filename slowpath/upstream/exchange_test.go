@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
 )
 
 // TestUpgrade: a 101 answer's body is the connection (io.ReadWriteCloser),
@@ -83,42 +85,59 @@ func TestCancellation(t *testing.T) {
 		{"within a sized body", lines("HTTP/1.1 200 OK", "Content-Length: 100", "", "some"), true},
 		{"within a chunked body", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "4", "some", ""), true},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			serverSawClose := make(chan struct{})
-			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-				if req, _ := readRequest(br); req == nil {
-					return
-				}
-				_, _ = io.WriteString(c, tc.raw)
-				_, _ = br.ReadByte() // blocks until the client closes
-				close(serverSawClose)
-			})
-			tr := &Transport{}
-			ctx, cancel := context.WithCancelCause(testCtx(t))
-			req := newRequest(t, ctx, http.MethodGet, srv.url("/"), nil)
-			var err error
-			if tc.inBody {
-				resp, rerr := tr.RoundTrip(req)
-				if rerr != nil {
-					t.Fatal(rerr)
-				}
-				time.AfterFunc(50*time.Millisecond, func() { cancel(errCause) })
-				_, err = io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
-			} else {
-				time.AfterFunc(50*time.Millisecond, func() { cancel(errCause) })
-				_, err = tr.RoundTrip(req)
+	// Both ways of watching a context: context.AfterFunc, and the hook of
+	// a context whose owner cancels it (the HTTP/1.x server's).
+	for _, hooked := range []bool{false, true} {
+		for _, tc := range cases {
+			name := tc.name
+			if hooked {
+				name += " (hooked context)"
 			}
-			if !errors.Is(err, context.Canceled) || !errors.Is(err, errCause) {
-				t.Fatalf("error %v, want one wrapping context.Canceled and the cause", err)
-			}
-			select {
-			case <-serverSawClose:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the connection stayed open after the cancellation")
-			}
-		})
+			t.Run(name, func(t *testing.T) { testCancellation(t, tc.raw, tc.inBody, hooked, errCause) })
+		}
+	}
+}
+
+func testCancellation(t *testing.T, raw string, inBody, hooked bool, errCause error) {
+	serverSawClose := make(chan struct{})
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if req, _ := readRequest(br); req == nil {
+			return
+		}
+		_, _ = io.WriteString(c, raw)
+		_, _ = br.ReadByte() // blocks until the client closes
+		close(serverSawClose)
+	})
+	tr := &Transport{}
+	ctx, cancel := context.WithCancelCause(testCtx(t))
+	if hooked {
+		var slot ctxhook.Slot
+		ctx = ctxhook.With(ctx, &slot)
+		slot.Init(ctx)
+		plain := cancel
+		cancel = func(cause error) { plain(cause); slot.Fire() }
+	}
+	req := newRequest(t, ctx, http.MethodGet, srv.url("/"), nil)
+	var err error
+	if inBody {
+		resp, rerr := tr.RoundTrip(req)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		time.AfterFunc(50*time.Millisecond, func() { cancel(errCause) })
+		_, err = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	} else {
+		time.AfterFunc(50*time.Millisecond, func() { cancel(errCause) })
+		_, err = tr.RoundTrip(req)
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, errCause) {
+		t.Fatalf("error %v, want one wrapping context.Canceled and the cause", err)
+	}
+	select {
+	case <-serverSawClose:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection stayed open after the cancellation")
 	}
 }
 

@@ -57,6 +57,14 @@ type Writer struct {
 	queued bool      // in the Batcher's queue
 	busy   bool      // a goroutine writes out a message the Batcher could not finish
 	err    error     // a deferred write failed
+
+	// The argument and results of writeFD, which tryWrite hands to
+	// RawConn.Write as a method value made once (a closure per write
+	// would be an allocation). Used under mu.
+	wfn  func(uintptr) bool
+	wp   []byte
+	wn   int
+	werr error
 }
 
 // Reset makes w the write side of nc, batched by b; nil nc detaches it.
@@ -88,6 +96,9 @@ func (w *Writer) Reset(nc net.Conn, b *Batcher) {
 	}
 	if rc, err := sc.SyscallConn(); err == nil {
 		w.rc = rc
+		if w.wfn == nil {
+			w.wfn = w.writeFD
+		}
 	}
 }
 
@@ -215,23 +226,26 @@ func (w *Writer) flush() {
 	go w.finish(out)
 }
 
-// tryWrite makes one non-blocking write of p.
+// tryWrite makes one non-blocking write of p. w.mu is held.
 func (w *Writer) tryWrite(p []byte) (n int, err error) {
-	werr := w.rc.Write(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Write(int(fd), p)
-			if err != syscall.EINTR {
-				return true
-			}
-		}
-	})
+	w.wp = p
+	werr := w.rc.Write(w.wfn)
+	n, err = w.wn, w.werr
+	w.wp, w.werr = nil, nil
 	if werr != nil {
 		return 0, werr
 	}
-	if n < 0 {
-		n = 0
+	return max(n, 0), err
+}
+
+// writeFD writes w.wp once, never waiting for the socket.
+func (w *Writer) writeFD(fd uintptr) bool {
+	for {
+		w.wn, w.werr = syscall.Write(int(fd), w.wp)
+		if w.werr != syscall.EINTR {
+			return true
+		}
 	}
-	return n, err
 }
 
 // finish writes out the rest of a message the Batcher began.

@@ -1,0 +1,107 @@
+// Package ctxhook lets the owner of a context run a function when it ends
+// at the cost of two atomic operations, where context.AfterFunc allocates
+// and registers a child context (a map insert and delete in the parent):
+// the upstream client watches every request's context that way, which was
+// 3 % of the agent's CPU under small HTTP/1.1 requests. A server that
+// cancels its contexts itself (the HTTP/1.x server's connection contexts)
+// puts a Hook in them; a context without one falls back to AfterFunc.
+package ctxhook
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Hook runs one function when the context it belongs to ends.
+type Hook interface {
+	// Context is the context whose end runs the function: a context
+	// derived from it can end on its own, so only this one is served.
+	Context() context.Context
+	// Watch arranges for f to run once the context ends (at once, on
+	// another goroutine, if it has). One watch at a time.
+	Watch(f func())
+	// Unwatch ends the watch. False means f ran or is running.
+	Unwatch() bool
+}
+
+type key struct{}
+
+// With returns ctx carrying h; h.Context() must be the returned context.
+func With(ctx context.Context, h Hook) context.Context { return context.WithValue(ctx, key{}, h) }
+
+// Of returns the Hook of exactly ctx, if it has one.
+func Of(ctx context.Context) (Hook, bool) {
+	h, ok := ctx.Value(key{}).(Hook)
+	if !ok || h.Context() != ctx {
+		return nil, false
+	}
+	return h, true
+}
+
+// Slot implements Hook for a context its owner cancels, calling Fire
+// after each cancel.
+type Slot struct {
+	ctx   context.Context
+	state atomic.Int32 // slotIdle, slotArmed, slotFired
+	fn    func()
+}
+
+const (
+	slotIdle int32 = iota
+	slotArmed
+	slotFired
+)
+
+// Init sets the context the slot belongs to.
+func (s *Slot) Init(ctx context.Context) { s.ctx = ctx }
+
+// Context implements Hook.
+func (s *Slot) Context() context.Context { return s.ctx }
+
+// Watch implements Hook.
+func (s *Slot) Watch(f func()) {
+	if s.state.Load() == slotFired {
+		go f()
+		return
+	}
+	s.fn = f
+	if !s.state.CompareAndSwap(slotIdle, slotArmed) {
+		// Fired just now: the context has ended.
+		go f()
+		return
+	}
+	if s.ctx.Err() != nil {
+		// Canceled before the watch was armed: Fire may have missed it.
+		s.Fire()
+	}
+}
+
+// Unwatch implements Hook.
+func (s *Slot) Unwatch() bool {
+	if s.state.CompareAndSwap(slotArmed, slotIdle) {
+		s.fn = nil
+		return true
+	}
+	return s.state.Load() == slotIdle
+}
+
+// Fire runs the watched function, if any and not yet run; call it after
+// canceling the context. Later watches run at once.
+func (s *Slot) Fire() {
+	for {
+		switch s.state.Load() {
+		case slotArmed:
+			if s.state.CompareAndSwap(slotArmed, slotFired) {
+				f := s.fn
+				f()
+				return
+			}
+		case slotIdle:
+			if s.state.CompareAndSwap(slotIdle, slotFired) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
