@@ -10,6 +10,7 @@ import (
 
 	"github.com/novaedge/novaedge/slowpath/endpoint"
 	"github.com/novaedge/novaedge/slowpath/health"
+	"github.com/novaedge/novaedge/slowpath/sockets"
 )
 
 // metrics are the slow path's novaedge_* series. Labels are bounded by the
@@ -72,6 +73,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.requests, m.duration, m.upstream, m.retries, m.overloaded, m.healthy, m.ejected)
 	}
 	return m
+}
+
+// steeringCollector exports the QUIC steering counters of a socket set
+// (package sockets/quicsteer) as novaedge_quic_steered_datagrams_total:
+// how a restart or upgrade's QUIC traffic is split between generations
+// is visible, and "unselected" says when steering found no socket.
+type steeringCollector struct {
+	socks *sockets.Set
+	desc  *prometheus.Desc
+}
+
+func newSteeringCollector(socks *sockets.Set) steeringCollector {
+	return steeringCollector{socks: socks, desc: prometheus.NewDesc("novaedge_quic_steered_datagrams_total",
+		"QUIC datagrams the reuseport steering program sent, by UDP socket and how: by the generation in their connection ID (connection_id), to the newest generation (newest: new connections and generations without a socket), or nowhere it could choose (unselected: the kernel's hash decided). Counted since the socket's first agent process loaded the program.",
+		[]string{"socket", "via"}, nil)}
+}
+
+func (c steeringCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c steeringCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, st := range c.socks.SteeringStats() {
+		sock := k.String()
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.ByConnectionID), sock, "connection_id")
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Newest), sock, "newest")
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Unselected), sock, "unselected")
+	}
 }
 
 var resultNames = map[health.Result]string{

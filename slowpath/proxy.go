@@ -124,6 +124,12 @@ func New(opts Options) *Proxy {
 	p.socks.SetLogger(p.log.With("component", "sockets"))
 	p.httpLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.metrics = newMetrics(opts.Registry)
+	if opts.Registry != nil {
+		// A second proxy in one process (tests) keeps the first's.
+		if err := opts.Registry.Register(newSteeringCollector(p.socks)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			p.log.Error("QUIC steering metrics not registered", "error", err)
+		}
+	}
 	return p
 }
 

@@ -21,6 +21,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/internal/testcert"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -155,8 +157,9 @@ type quicHandoff struct {
 	oldSet    *sockets.Set
 	newSet    *sockets.Set
 	next      *Proxy
-	closeOld  func()        // the old agent stops: Proxy.Close, which drains
-	oldClosed chan struct{} // closed when the old slow path's Close returned
+	nextReg   *prometheus.Registry // the successor's metrics
+	closeOld  func()               // the old agent stops: Proxy.Close, which drains
+	oldClosed chan struct{}        // closed when the old slow path's Close returned
 }
 
 func newQUICHandoff(t *testing.T, drain time.Duration) *quicHandoff {
@@ -181,9 +184,9 @@ func newQUICHandoff(t *testing.T, drain time.Duration) *quicHandoff {
 			t.Logf("slow path log:\n%s", logs.String())
 		}
 	})
-	newProxy := func(name string, set *sockets.Set) *Proxy {
+	newProxy := func(name string, set *sockets.Set, reg *prometheus.Registry) *Proxy {
 		log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("proxy", name)
-		return New(Options{Sockets: set, Logger: log, DrainTimeout: drain})
+		return New(Options{Sockets: set, Logger: log, DrainTimeout: drain, Registry: reg})
 	}
 	apply := func(p *Proxy, s *pb.ConfigSnapshot) {
 		t.Helper()
@@ -197,7 +200,7 @@ func newQUICHandoff(t *testing.T, drain time.Duration) *quicHandoff {
 	}
 
 	h.oldSet = sockets.NewSet()
-	old := newProxy("old", h.oldSet)
+	old := newProxy("old", h.oldSet, prometheus.NewRegistry())
 	h.closeOld = func() { old.Close(); close(h.oldClosed) }
 	t.Cleanup(func() {
 		select {
@@ -220,7 +223,8 @@ func newQUICHandoff(t *testing.T, drain time.Duration) *quicHandoff {
 	handedOff := make(chan struct{})
 	go func() { _ = h.oldSet.ServeHandoff(context.Background(), path, func() { close(handedOff) }) }()
 	h.newSet = sockets.NewSet()
-	h.next = newProxy("new", h.newSet)
+	h.nextReg = prometheus.NewRegistry()
+	h.next = newProxy("new", h.newSet, h.nextReg)
 	t.Cleanup(h.next.Close)
 	var (
 		keys    []sockets.Key
@@ -279,6 +283,15 @@ func TestQUICHandoffKeepsConnections(t *testing.T) {
 		t.Fatal("the old slow path stopped while its client was still connected")
 	default:
 	}
+	// The group's counters, as the successor exports them: the old
+	// client's datagrams went by their connection IDs, the new client's
+	// first ones to the newest generation.
+	sock := sockets.Key{Network: "udp", Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), h.port)}.String()
+	for _, via := range []string{"connection_id", "newest"} {
+		if n := steered(t, h.nextReg, sock, via); n == 0 {
+			t.Errorf("novaedge_quic_steered_datagrams_total{socket=%q,via=%q} is 0", sock, via)
+		}
+	}
 
 	// The old client leaves; the old slow path finishes draining and
 	// closes its socket.
@@ -330,4 +343,30 @@ func TestQUICHandoffDrainEnds(t *testing.T) {
 	if n := h.before.dials.Load(); n != 2 {
 		t.Fatalf("the client dialed %d connections, want 2 (the old one, then one to the successor)", n)
 	}
+}
+
+// steered reads novaedge_quic_steered_datagrams_total{socket, via} from reg
+// (failing when the series is missing).
+func steered(t *testing.T, reg *prometheus.Registry, socket, via string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "novaedge_quic_steered_datagrams_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["socket"] == socket && labels["via"] == via {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series novaedge_quic_steered_datagrams_total{socket=%q,via=%q}", socket, via)
+	return 0
 }

@@ -217,6 +217,24 @@ func (s *Set) SteerQUIC(k Key) error {
 	return nil
 }
 
+// SteeringStats returns the QUIC steering counters of the steered UDP
+// sockets (shared by every process of a socket's reuseport group). A
+// socket whose counters cannot be read is left out.
+func (s *Set) SteeringStats() map[Key]quicsteer.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[Key]quicsteer.Stats{}
+	for k, sock := range s.socks {
+		if sock.steer == nil {
+			continue
+		}
+		if st, err := sock.steer.Stats(); err == nil {
+			out[k] = st
+		}
+	}
+	return out
+}
+
 // noSteering logs the first socket without steering and returns the error.
 func (s *Set) noSteering(k Key, err error) error {
 	err = fmt.Errorf("steer %s: %w: %w", k, ErrNoSteering, err)
