@@ -15,7 +15,7 @@ import (
 // Hook runs one function when the context it belongs to ends.
 type Hook interface {
 	// Context is the context whose end runs the function: a context
-	// derived from it can end on its own, so only this one is served.
+	// derived from it that can end on its own is not served (see Of).
 	Context() context.Context
 	// Watch arranges for f to run once the context ends (at once, on
 	// another goroutine, if it has). One watch at a time.
@@ -29,10 +29,13 @@ type key struct{}
 // With returns ctx carrying h; h.Context() must be the returned context.
 func With(ctx context.Context, h Hook) context.Context { return context.WithValue(ctx, key{}, h) }
 
-// Of returns the Hook of exactly ctx, if it has one.
+// Of returns the Hook that ends with ctx, if there is one: ctx is the
+// hook's context or one derived from it that only carries values
+// (context.WithValue, httptrace.WithClientTrace), which ends with it (one
+// Done channel), not one that can end on its own.
 func Of(ctx context.Context) (Hook, bool) {
 	h, ok := ctx.Value(key{}).(Hook)
-	if !ok || h.Context() != ctx {
+	if !ok || h.Context().Done() != ctx.Done() {
 		return nil, false
 	}
 	return h, true

@@ -97,6 +97,13 @@ func TestOf(t *testing.T) {
 	if _, ok := Of(child); ok {
 		t.Fatal("Of returned the parent's hook for a derived context, which can end on its own")
 	}
+	type k struct{}
+	if h, ok := Of(context.WithValue(o.ctx, k{}, 1)); !ok || h != Hook(&o.slot) {
+		t.Fatal("Of does not find the hook through a context that only adds a value")
+	}
+	if _, ok := Of(context.WithoutCancel(o.ctx)); ok {
+		t.Fatal("Of returned a hook for a context that never ends")
+	}
 	if _, ok := Of(context.Background()); ok {
 		t.Fatal("Of found a hook in a context without one")
 	}

@@ -30,6 +30,7 @@ type job struct {
 	fn       func()
 	done     chan struct{}
 	panicked any
+	async    bool // started by Go: nobody waits for done
 }
 
 var jobs = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 1)} }}
@@ -69,6 +70,30 @@ func (p *Pool) Run(fn func()) {
 	}
 }
 
+// Go calls fn on a worker and returns at once, for a caller that must
+// never block (an HTTP/2 connection's frame reader starting a stream's
+// handler). When every worker is busy and the pool is full, fn runs on a
+// new goroutine of its own. A panic in fn is not recovered: fn must
+// recover what it can handle, as a goroutine's function must.
+func (p *Pool) Go(fn func()) {
+	j := jobs.Get().(*job)
+	j.fn, j.async = fn, true
+	select {
+	case p.jobs <- j:
+		return
+	default:
+	}
+	if p.workers.Add(1) > p.max {
+		p.workers.Add(-1)
+		j.fn, j.async = nil, false
+		jobs.Put(j)
+		go fn()
+		return
+	}
+	p.once.Do(func() { go p.reap() })
+	go p.work(j)
+}
+
 func (p *Pool) work(j *job) {
 	defer p.workers.Add(-1)
 	for {
@@ -83,6 +108,13 @@ func (p *Pool) work(j *job) {
 }
 
 func (p *Pool) run(j *job) {
+	if j.async {
+		fn := j.fn
+		j.fn, j.async = nil, false
+		jobs.Put(j)
+		fn()
+		return
+	}
 	defer func() {
 		j.panicked = recover()
 		j.done <- struct{}{}

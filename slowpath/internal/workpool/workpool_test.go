@@ -115,3 +115,48 @@ func TestReap(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestGo: Go returns before fn does, runs fn on a worker that the next
+// job reuses, and beyond max still runs every fn without blocking.
+func TestGo(t *testing.T) {
+	const max = 2
+	p := New(max, max, time.Hour)
+	release := make(chan struct{})
+	ids := make(chan string, 8)
+	for range max + 2 {
+		// Would deadlock here if Go waited for fn.
+		p.Go(func() { ids <- goid(); <-release })
+	}
+	seen := map[string]bool{}
+	for range max + 2 {
+		select {
+		case id := <-ids:
+			if id == goid() {
+				t.Fatal("Go ran fn on the caller's goroutine")
+			}
+			seen[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("jobs started by Go did not all run")
+		}
+	}
+	if len(seen) != max+2 {
+		t.Fatalf("%d distinct goroutines for %d concurrent jobs", len(seen), max+2)
+	}
+	if n := p.workers.Load(); n != max {
+		t.Fatalf("%d workers, want %d", n, max)
+	}
+	close(release)
+	// A worker freed by Go's jobs serves a later Run.
+	deadline := time.Now().Add(10 * time.Second)
+	for p.idle.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no worker became idle after its Go job returned")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var id string
+	p.Run(func() { id = goid() })
+	if id == goid() {
+		t.Fatal("Run after Go jobs ran inline, want an idle worker")
+	}
+}
