@@ -15,6 +15,14 @@ func TestReusesWorker(t *testing.T) {
 	p := New(4, 4, time.Hour)
 	var first, second string
 	p.Run(func() { first = goid() })
+	// Run returns as soon as the job is done; the worker waits for the
+	// next one a moment later.
+	for deadline := time.Now().Add(10 * time.Second); p.idle.Load() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not wait for another job")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	p.Run(func() { second = goid() })
 	if first == "" || first != second || first == goid() {
 		t.Fatalf("two sequential jobs ran on goroutines %q and %q (caller %q), want one worker", first, second, goid())
@@ -41,8 +49,8 @@ func TestPanicReachesCaller(t *testing.T) {
 	want := errors.New("boom")
 	func() {
 		defer func() {
-			if v := recover(); v != want {
-				t.Fatalf("recovered %v, want %v", v, want)
+			if err, ok := recover().(error); !ok || !errors.Is(err, want) {
+				t.Fatalf("recovered %v, want %v", err, want)
 			}
 		}()
 		p.Run(func() { panic(want) })

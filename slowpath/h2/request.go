@@ -1,0 +1,300 @@
+package h2
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+)
+
+// Malformed requests (RFC 9113 §8.1.1) are reset with PROTOCOL_ERROR;
+// these errors say why, for tests and debug logs.
+var (
+	errMissingPseudo    = errors.New("missing a required pseudo-header field")
+	errConnectPseudo    = errors.New("CONNECT with :scheme or :path, or without :authority")
+	errProtocolPseudo   = errors.New(":protocol without extended CONNECT")
+	errEmptyPath        = errors.New("empty :path")
+	errBadPath          = errors.New(":path is neither absolute nor *")
+	errConnHeader       = errors.New("connection-specific header field")
+	errTE               = errors.New(`te other than "trailers"`)
+	errContentLength    = errors.New("invalid content-length")
+	errLengthMismatch   = errors.New("content-length and END_STREAM disagree")
+	errInvalidAuthority = errors.New("invalid :authority")
+)
+
+// requestFields is what a request's HEADERS frame says, checked.
+type requestFields struct {
+	method, scheme, authority, path string
+	header                          http.Header
+	contentLength                   int64 // -1 when absent
+}
+
+// parseRequest checks a request header block against RFC 9113 §8.3.1 and
+// §8.2.2 and collects its fields. endStream says the HEADERS frame ended
+// the stream.
+func parseRequest(f *http2.MetaHeadersFrame, endStream bool) (requestFields, error) {
+	var rf requestFields
+	rf.contentLength = -1
+	for _, hf := range f.PseudoFields() {
+		switch hf.Name {
+		case ":method":
+			rf.method = hf.Value
+		case ":scheme":
+			rf.scheme = hf.Value
+		case ":authority":
+			rf.authority = hf.Value
+		case ":path":
+			rf.path = hf.Value
+		case ":protocol":
+			return rf, errProtocolPseudo
+		}
+	}
+	isConnect := rf.method == http.MethodConnect
+	switch {
+	case rf.method == "":
+		return rf, errMissingPseudo
+	case isConnect:
+		if rf.scheme != "" || rf.path != "" || rf.authority == "" {
+			return rf, errConnectPseudo
+		}
+	case rf.scheme == "":
+		return rf, errMissingPseudo
+	case rf.path == "":
+		// Present but empty, or absent: both malformed (§8.3.1).
+		if hasPseudo(f, ":path") {
+			return rf, errEmptyPath
+		}
+		return rf, errMissingPseudo
+	case (rf.scheme == "http" || rf.scheme == "https") && rf.path[0] != '/' && (rf.path != "*" || rf.method != http.MethodOptions):
+		return rf, errBadPath
+	}
+	if !validMethod(rf.method) {
+		return rf, fmt.Errorf("invalid :method %q", rf.method)
+	}
+	if rf.authority != "" && !httpguts.ValidHostHeader(rf.authority) {
+		return rf, errInvalidAuthority
+	}
+	regular := f.RegularFields()
+	rf.header = make(http.Header, len(regular))
+	// One backing array for the values of all fields: a field seen once
+	// (nearly all) costs no allocation of its own.
+	values := make([]string, len(regular))
+	var cookies []string
+	for _, hf := range regular {
+		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			return rf, errConnHeader
+		case "te":
+			if !strings.EqualFold(hf.Value, "trailers") {
+				return rf, errTE
+			}
+		case "cookie":
+			// §8.2.3: split cookie fields join with "; ".
+			cookies = append(cookies, hf.Value)
+			continue
+		case "content-length":
+			n, err := strconv.ParseInt(hf.Value, 10, 64)
+			if err != nil || n < 0 || hf.Value[0] == '+' || rf.contentLength >= 0 && n != rf.contentLength {
+				return rf, errContentLength
+			}
+			rf.contentLength = n
+		}
+		key := canonicalKey(hf.Name)
+		if vv, ok := rf.header[key]; ok {
+			rf.header[key] = append(vv, hf.Value)
+			continue
+		}
+		values[0] = hf.Value
+		rf.header[key] = values[:1:1]
+		values = values[1:]
+	}
+	if len(cookies) == 1 {
+		rf.header["Cookie"] = cookies
+	} else if len(cookies) > 1 {
+		rf.header["Cookie"] = []string{strings.Join(cookies, "; ")}
+	}
+	if endStream && rf.contentLength > 0 {
+		return rf, errLengthMismatch
+	}
+	return rf, nil
+}
+
+func hasPseudo(f *http2.MetaHeadersFrame, name string) bool {
+	for _, hf := range f.PseudoFields() {
+		if hf.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func validMethod(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if !httpguts.IsTokenRune(rune(m[i])) {
+			return false
+		}
+	}
+	return m != ""
+}
+
+// buildRequest turns a validated HEADERS frame into st's request.
+func (st *stream) buildRequest(f *http2.MetaHeadersFrame) error {
+	end := f.StreamEnded()
+	rf, err := parseRequest(f, end)
+	if err != nil {
+		return err
+	}
+	c := st.c
+	host := rf.authority
+	if host == "" {
+		host = rf.header.Get("Host")
+	}
+	delete(rf.header, "Host")
+	tmpl := http.Request{
+		Method:     rf.method,
+		Proto:      "HTTP/2.0",
+		ProtoMajor: 2,
+		Header:     rf.header,
+		Host:       host,
+		RemoteAddr: c.remoteAddr,
+		TLS:        c.tls,
+	}
+	if rf.method == http.MethodConnect {
+		tmpl.URL = &url.URL{Host: rf.authority}
+		tmpl.RequestURI = rf.authority
+	} else {
+		u, err := url.ParseRequestURI(rf.path)
+		if err != nil {
+			return fmt.Errorf("parse :path: %w", err)
+		}
+		tmpl.URL = u
+		tmpl.RequestURI = rf.path
+	}
+	for _, v := range rf.header["Trailer"] {
+		for k := range strings.SplitSeq(v, ",") {
+			k = textproto.CanonicalMIMEHeaderKey(textproto.TrimString(k))
+			if k == "" || !validTrailer(k) {
+				continue
+			}
+			if tmpl.Trailer == nil {
+				tmpl.Trailer = make(http.Header)
+			}
+			tmpl.Trailer[k] = nil
+		}
+	}
+	if end {
+		tmpl.Body = http.NoBody
+	} else {
+		st.body = &requestBody{c: c, st: st}
+		tmpl.Body = st.body
+		tmpl.ContentLength = rf.contentLength
+		if rf.contentLength < 0 {
+			tmpl.ContentLength = -1
+		}
+		st.declared = rf.contentLength
+		if v := rf.header["Expect"]; len(v) == 1 && strings.EqualFold(v[0], "100-continue") {
+			st.needContinue = true
+		}
+	}
+	st.head = rf.method == http.MethodHead
+	st.req = tmpl.WithContext(st.ctx)
+	return nil
+}
+
+// fromUpgrade makes r, the HTTP/1.1 request of an h2c Upgrade, st's
+// request: it arrived whole, so the stream is half-closed (remote).
+func (st *stream) fromUpgrade(r *http.Request) {
+	c := st.c
+	r2 := r.WithContext(st.ctx)
+	r2.Proto, r2.ProtoMajor, r2.ProtoMinor = "HTTP/2.0", 2, 0
+	r2.RemoteAddr = c.remoteAddr
+	r2.TLS = c.tls
+	h := r2.Header.Clone()
+	for _, k := range []string{"Connection", "Upgrade", "Http2-Settings", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding"} {
+		delete(h, k)
+	}
+	r2.Header = h
+	if r2.Body == nil {
+		r2.Body = http.NoBody
+	}
+	st.head = r2.Method == http.MethodHead
+	st.req = r2
+}
+
+// validTrailer reports whether a canonical key may be a trailer (RFC 9110
+// §6.5.1: not framing, routing, or authentication fields).
+func validTrailer(k string) bool {
+	return httpguts.ValidTrailerHeader(k)
+}
+
+// commonNames maps the lower-case names of common fields to their
+// canonical form and back, so that neither direction allocates for them.
+var (
+	canonOf = map[string]string{}
+	lowerOf = map[string]string{}
+)
+
+func init() {
+	for _, n := range []string{
+		"accept", "accept-charset", "accept-encoding", "accept-language", "accept-ranges",
+		"access-control-allow-credentials", "access-control-allow-headers", "access-control-allow-methods",
+		"access-control-allow-origin", "access-control-expose-headers", "access-control-max-age",
+		"access-control-request-headers", "access-control-request-method", "age", "allow", "alt-svc",
+		"authorization", "cache-control", "content-disposition", "content-encoding", "content-language",
+		"content-length", "content-location", "content-range", "content-type", "cookie", "date", "etag",
+		"expect", "expires", "forwarded", "from", "grpc-encoding", "grpc-accept-encoding", "grpc-message",
+		"grpc-status", "grpc-timeout", "host", "if-match", "if-modified-since", "if-none-match",
+		"if-range", "if-unmodified-since", "last-modified", "link", "location", "max-forwards", "origin",
+		"pragma", "priority", "proxy-authenticate", "proxy-authorization", "range", "referer", "refresh",
+		"retry-after", "server", "set-cookie", "strict-transport-security", "te", "trailer", "user-agent",
+		"vary", "via", "www-authenticate", "x-content-type-options", "x-forwarded-for",
+		"x-forwarded-host", "x-forwarded-proto", "x-frame-options", "x-request-id", "x-real-ip",
+	} {
+		k := http.CanonicalHeaderKey(n)
+		canonOf[n] = k
+		lowerOf[k] = n
+	}
+}
+
+// canonicalKey is textproto.CanonicalMIMEHeaderKey for a lower-case wire
+// name, without allocating for common names.
+func canonicalKey(name string) string {
+	if k, ok := canonOf[name]; ok {
+		return k
+	}
+	return textproto.CanonicalMIMEHeaderKey(name)
+}
+
+// lowerName is the wire name of a header map key.
+func lowerName(k string) string {
+	if n, ok := lowerOf[k]; ok {
+		return n
+	}
+	return strings.ToLower(k)
+}
+
+// responseFieldName returns the wire name of a response header key, or
+// false for a key that must not be sent on HTTP/2 (connection-specific,
+// RFC 9113 §8.2.2) or is not a valid field name, or is a trailer.
+func responseFieldName(k string) (string, bool) {
+	if n, ok := lowerOf[k]; ok {
+		if n == "te" {
+			return "", false
+		}
+		return n, true
+	}
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade":
+		return "", false
+	}
+	if strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
+		return "", false
+	}
+	return strings.ToLower(k), true
+}

@@ -1,0 +1,159 @@
+package h2
+
+import (
+	"net"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// writeBuf gathers a connection's frames and writes them in bursts.
+//
+// Whoever produces a frame (the reader: SETTINGS and PING ACKs,
+// WINDOW_UPDATE, RST_STREAM; handlers: HEADERS, DATA, trailers) encodes it
+// into buf while holding the connection's mutex and calls kick. When no
+// flush is pending, kick starts a goroutine that yields once, so that the
+// goroutines made ready along with it (other streams' handlers) add their
+// frames, and then writes everything gathered with one system call. No
+// frame costs a channel operation or a goroutine switch of its own, and a
+// small response costs its handler no blocking at all.
+//
+// All fields are guarded by the connection's mutex except while flush
+// holds a buffer it took out.
+type writeBuf struct {
+	c        *conn
+	buf      []byte // pending, in order
+	spare    []byte
+	err      error
+	flushing bool // a flush goroutine runs; it owns writing buf
+	done     chan struct{}
+}
+
+// maxPending bounds the bytes a handler may leave waiting for the
+// connection: a handler's write beyond it waits for the flush. Frames the
+// reader produces never wait; floodLimit bounds those instead.
+const (
+	maxPending = 256 << 10
+	floodLimit = 4 << 20
+)
+
+// closeFlushWait bounds how long closing waits for pending bytes to
+// leave (a GOAWAY, the last responses): a peer that reads nothing must
+// not hold the connection open.
+const closeFlushWait = 5 * time.Second
+
+var outBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+func (w *writeBuf) init(c *conn) { w.c = c }
+
+// Write appends p to the pending bytes; the Framer calls it, with the
+// connection's mutex held, once per frame.
+func (w *writeBuf) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.buf == nil {
+		w.buf = (*outBufs.Get().(*[]byte))[:0]
+	}
+	w.buf = append(w.buf, p...)
+	return len(p), nil
+}
+
+// kick starts a flush of the pending bytes unless one is under way.
+// Called with the connection's mutex held.
+func (w *writeBuf) kick() {
+	if w.flushing || len(w.buf) == 0 || w.err != nil {
+		return
+	}
+	w.flushing = true
+	go w.flush()
+}
+
+// full reports whether a handler must wait before adding more.
+func (w *writeBuf) full() bool { return len(w.buf) >= maxPending }
+
+// flooded reports whether the client lets replies pile up unread.
+func (w *writeBuf) flooded() bool { return len(w.buf) >= floodLimit }
+
+// flush writes the pending bytes until none are left, then hands its
+// buffers back to the pool, so an idle connection holds none.
+func (w *writeBuf) flush() {
+	runtime.Gosched()
+	c := w.c
+	c.mu.Lock()
+	for len(w.buf) > 0 && w.err == nil {
+		b := w.buf
+		w.buf = w.spare[:0]
+		w.spare = nil
+		c.mu.Unlock()
+		_, err := c.nc.Write(b)
+		c.mu.Lock()
+		w.spare = b[:0]
+		if err != nil {
+			w.err = err
+			// The reader notices on its next read.
+			_ = c.nc.Close()
+		}
+		c.cond.Broadcast()
+	}
+	for _, b := range [][]byte{w.buf, w.spare} {
+		if b != nil && cap(b) <= maxPending+64<<10 {
+			b = b[:0]
+			outBufs.Put(&b)
+		}
+	}
+	w.buf, w.spare = nil, nil
+	w.flushing = false
+	if w.done != nil {
+		close(w.done)
+		w.done = nil
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// wait returns once the pending bytes are written, or after at most d;
+// from then on nothing more is written.
+func (w *writeBuf) wait(d time.Duration) error {
+	c := w.c
+	c.mu.Lock()
+	w.kick()
+	var done chan struct{}
+	if w.flushing {
+		if w.done == nil {
+			w.done = make(chan struct{})
+		}
+		done = w.done
+	}
+	c.mu.Unlock()
+	if done != nil {
+		t := time.NewTimer(d)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.err == nil {
+		w.err = net.ErrClosed
+	}
+	c.cond.Broadcast()
+	return nil
+}
+
+// close writes what is pending, waiting at most closeFlushWait, and closes
+// the connection.
+func (w *writeBuf) close() error {
+	c := w.c
+	_ = w.wait(closeFlushWait)
+	err := c.nc.Close()
+	c.mu.Lock()
+	if w.err == nil {
+		w.err = net.ErrClosed
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return err
+}
