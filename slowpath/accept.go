@@ -1,23 +1,22 @@
 package slowpath
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
-	"sync"
 	"time"
 
-	"github.com/novaedge/novaedge/slowpath/h1"
+	"github.com/novaedge/novaedge/slowpath/h2"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 )
 
 // accept is the accept loop of an HTTP socket: each connection is served
-// as the current configuration's listener for the socket says. Plaintext
-// HTTP/1.x goes to the own server (h1), TLS and HTTP/2 with prior
-// knowledge to net/http's, through feed. The loop ends, closing feed,
-// when the socket closes.
-func (p *Proxy) accept(ln net.Listener, key sockets.Key, h1s *h1.Server, feed *connFeed) {
-	defer func() { _ = feed.Close() }()
+// as the current configuration's listener for the socket says. HTTP/1.x
+// goes to the HTTP/1.x server; HTTP/2 with prior knowledge is handed from
+// there to the HTTP/2 server, as are TLS connections whose handshake
+// chose h2. The loop ends when the socket closes.
+func (p *Proxy) accept(ln net.Listener, key sockets.Key, hs *httpServer) {
 	var delay time.Duration
 	for {
 		c, err := ln.Accept()
@@ -40,18 +39,18 @@ func (p *Proxy) accept(ln net.Listener, key sockets.Key, h1s *h1.Server, feed *c
 			_ = c.Close()
 		case l.tls != nil:
 			cfg := l.tls
-			h1s.Go(c, func(c net.Conn) net.Conn { return p.handshake(tls.Server(c, cfg), feed) })
+			hs.h1.Go(c, func(c net.Conn) net.Conn { return p.handshake(tls.Server(c, cfg), hs.h2) })
 		default:
-			h1s.Go(c, nil)
+			hs.h1.Go(c, nil)
 		}
 	}
 }
 
 // handshake completes a TLS handshake (within the read-header timeout)
-// and returns the connection for the own HTTP/1.x server, or nil when
-// ALPN chose HTTP/2 (it goes to net/http's server through feed) or the
-// handshake failed (it is closed).
-func (p *Proxy) handshake(tc *tls.Conn, feed *connFeed) net.Conn {
+// and returns the connection for the HTTP/1.x server, or nil when ALPN
+// chose HTTP/2 (the HTTP/2 server serves it on a goroutine of its own) or
+// the handshake failed (it is closed).
+func (p *Proxy) handshake(tc *tls.Conn, h2s *h2.Server) net.Conn {
 	if d := p.opts.ReadHeaderTimeout; d > 0 {
 		_ = tc.SetDeadline(time.Now().Add(d))
 	}
@@ -61,50 +60,9 @@ func (p *Proxy) handshake(tc *tls.Conn, feed *connFeed) net.Conn {
 		return nil
 	}
 	_ = tc.SetDeadline(time.Time{})
-	if tc.ConnectionState().NegotiatedProtocol == "h2" {
-		feed.push(tc)
+	if st := tc.ConnectionState(); st.NegotiatedProtocol == "h2" {
+		go h2s.ServeConn(tc, h2.ConnOptions{Context: context.Background(), TLS: &st})
 		return nil
 	}
 	return tc
 }
-
-// connFeed is the listener net/http's server accepts from: connections
-// the accept loop or the h1 server hand it.
-type connFeed struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newConnFeed(addr net.Addr) *connFeed {
-	return &connFeed{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// Accept returns the next connection handed over.
-func (f *connFeed) Accept() (net.Conn, error) {
-	select {
-	case c := <-f.ch:
-		return c, nil
-	case <-f.done:
-		return nil, net.ErrClosed
-	}
-}
-
-// push hands c to the server; once the feed is closed, c is closed.
-func (f *connFeed) push(c net.Conn) {
-	select {
-	case f.ch <- c:
-	case <-f.done:
-		_ = c.Close()
-	}
-}
-
-// Close ends Accept.
-func (f *connFeed) Close() error {
-	f.once.Do(func() { close(f.done) })
-	return nil
-}
-
-// Addr is the socket's address.
-func (f *connFeed) Addr() net.Addr { return f.addr }

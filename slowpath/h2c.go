@@ -2,6 +2,7 @@ package slowpath
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"io"
 	"net"
@@ -9,7 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
-	"golang.org/x/net/http2"
+
+	"github.com/novaedge/novaedge/slowpath/h2"
 )
 
 // h2cUpgrade reports whether r asks to switch a cleartext HTTP/1.1
@@ -28,10 +30,10 @@ func h2cUpgrade(r *http.Request) bool {
 const maxUpgradeBody = 64 << 10
 
 // serveH2CUpgrade answers 101 Switching Protocols and serves the
-// connection as HTTP/2, the upgrading request becoming stream 1. It
-// returns false (nothing written) when the request cannot be upgraded; the
-// caller then serves it as HTTP/1.1, as RFC 7540 allows.
-func (p *Proxy) serveH2CUpgrade(w http.ResponseWriter, r *http.Request, h http.Handler) bool {
+// connection with h2s as HTTP/2, the upgrading request becoming stream 1.
+// It returns false (nothing written) when the request cannot be upgraded;
+// the caller then serves it as HTTP/1.1, as RFC 7540 allows.
+func (p *Proxy) serveH2CUpgrade(h2s *h2.Server, w http.ResponseWriter, r *http.Request) bool {
 	settings, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(r.Header.Get("Http2-Settings"), "="))
 	if err != nil {
 		return false
@@ -58,13 +60,8 @@ func (p *Proxy) serveH2CUpgrade(w http.ResponseWriter, r *http.Request, h http.H
 	for _, k := range []string{"Upgrade", "Connection", "Http2-Settings"} {
 		up.Header.Del(k)
 	}
-	// Only x/net's deprecated ServeConn takes over a hijacked connection
-	// with its upgrade request, and it reads the idle timeout from
-	// http2.Server alone (not from a base http.Server).
-	s := &http2.Server{IdleTimeout: p.opts.IdleTimeout, MaxReadFrameSize: 1 << 20} //nolint:staticcheck // SA1019: see above
-	s.ServeConn(&bufferedConn{Conn: conn, r: rw.Reader}, &http2.ServeConnOpts{     //nolint:staticcheck // SA1019: see above
-		Context:        r.Context(),
-		Handler:        h,
+	h2s.ServeConn(&bufferedConn{Conn: conn, r: rw.Reader}, h2.ConnOptions{
+		Context:        context.WithoutCancel(r.Context()),
 		UpgradeRequest: up,
 		Settings:       settings,
 	})

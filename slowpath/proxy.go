@@ -19,6 +19,7 @@ import (
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/endpoint"
 	"github.com/novaedge/novaedge/slowpath/h1"
+	"github.com/novaedge/novaedge/slowpath/h2"
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/internal/workpool"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -340,97 +341,59 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		p.serveL4(s)
 		return
 	}
-	var handler http.HandlerFunc
-	handler = func(w http.ResponseWriter, r *http.Request) {
-		if h2cUpgrade(r) && p.serveH2CUpgrade(w, r, handler) {
+	hs := &httpServer{served: make(chan struct{})}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h2cUpgrade(r) && p.serveH2CUpgrade(hs.h2, w, r) {
 			return
 		}
-		if r.ProtoMajor >= 2 {
-			// A goroutine per stream: run on a worker whose stack has grown.
+		if r.ProtoMajor == 3 {
+			// quic-go starts a goroutine per stream: run on a worker
+			// whose stack has grown (the HTTP/2 server's handlers run on
+			// its own workers).
 			streamWorkers.Run(func() { p.serveHTTP(key, w, r) })
 			return
 		}
 		p.serveHTTP(key, w, r)
-	}
+	})
 	if key.Network == "udp" {
 		p.serveQUIC(s, handler)
 		return
 	}
-	protos := new(http.Protocols)
-	protos.SetHTTP1(true)
-	protos.SetHTTP2(true)
-	protos.SetUnencryptedHTTP2(true)
-	hs := &httpServer{served: make(chan struct{})}
-	srv := &http.Server{
-		ConnState:         hs.track,
+	hs.h2 = &h2.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
-		IdleTimeout:       p.opts.IdleTimeout,
 		MaxHeaderBytes:    p.opts.MaxHeaderBytes,
-		Protocols:         protos,
-		ErrorLog:          p.httpLog,
+		IdleTimeout:       p.opts.IdleTimeout,
+		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
+		Log:               p.log,
 	}
-	hs.Server = srv
-	feed := newConnFeed(s.Listener.Addr())
 	hs.h1 = &h1.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
 		IdleTimeout:       p.opts.IdleTimeout,
 		MaxHeaderBytes:    p.opts.MaxHeaderBytes,
-		Handoff:           feed.push,
-		Log:               p.log,
+		// A plaintext connection that is not HTTP/1.x: HTTP/2 with prior
+		// knowledge, or an invalid preface the HTTP/2 server closes. Its
+		// goroutine goes on as the HTTP/2 connection's.
+		Handoff: func(c net.Conn) { hs.h2.ServeConn(c, h2.ConnOptions{Context: context.Background()}) },
+		Log:     p.log,
 	}
 	p.servers[key] = hs
-	// HTTP/2 conformance hook (RFC 9113, h2spec --strict): see h2conform.go.
-	ln := p.conformHTTP2(srv, feed)
 	p.log.Info("listener open", "socket", key.String())
-	go p.accept(s.Listener, key, hs.h1, feed)
 	go func() {
 		defer close(hs.served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			p.log.Error("listener stopped", "socket", key.String(), "error", err)
-		}
+		p.accept(s.Listener, key, hs)
 	}()
 }
 
-// httpServer is a socket's HTTP/1.x and HTTP/2 servers: the own HTTP/1.x
-// server for plaintext connections and net/http's for TLS and HTTP/2 with
-// prior knowledge. Both drain without dropping requests.
-// http.Server.Shutdown closes a connection whose request
-// it reads after shutdown began, without an answer; a connection accepted
-// just before the listener closed would lose its request. So draining
-// waits for the accept loop to end, disables keep-alives (each connection
-// closes after the response it is writing), waits until no connection is
-// new or active, and only then shuts down.
+// httpServer is a socket's HTTP/1.x and HTTP/2 servers, both our own
+// (slowpath/h1, slowpath/h2). Draining waits for the accept loop to end
+// (the listener is closed first), then both servers drain at once:
+// HTTP/1.x connections close after the response they are writing, HTTP/2
+// ones get GOAWAY and close once their streams are done.
 type httpServer struct {
-	*http.Server
 	h1     *h1.Server
-	busy   atomic.Int64 // connections new or active
-	served chan struct{}
-	mu     sync.Mutex
-	states map[net.Conn]http.ConnState
-}
-
-func (h *httpServer) track(c net.Conn, st http.ConnState) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.states == nil {
-		h.states = map[net.Conn]http.ConnState{}
-	}
-	busy := func(s http.ConnState) bool { return s == http.StateNew || s == http.StateActive }
-	prev, seen := h.states[c]
-	if seen && busy(prev) {
-		h.busy.Add(-1)
-	}
-	switch st {
-	case http.StateClosed, http.StateHijacked:
-		delete(h.states, c)
-		return
-	}
-	h.states[c] = st
-	if busy(st) {
-		h.busy.Add(1)
-	}
+	h2     *h2.Server
+	served chan struct{} // closed when the accept loop ended
 }
 
 // Shutdown drains as described on httpServer; the listener must be closed
@@ -443,22 +406,12 @@ func (h *httpServer) Shutdown(ctx context.Context) error {
 	}
 	h1done := make(chan error, 1)
 	go func() { h1done <- h.h1.Shutdown(ctx) }()
-	h.SetKeepAlivesEnabled(false)
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for h.busy.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			return h.Close()
-		case <-t.C:
-		}
-	}
-	return errors.Join(h.Server.Shutdown(ctx), <-h1done)
+	return errors.Join(h.h2.Shutdown(ctx), <-h1done)
 }
 
 // Close closes both servers' connections.
 func (h *httpServer) Close() error {
-	return errors.Join(h.h1.Close(), h.Server.Close())
+	return errors.Join(h.h1.Close(), h.h2.Close())
 }
 
 // server is an HTTP server on one socket: *httpServer (TCP), *quicServer

@@ -81,7 +81,7 @@ func serveConns(t testing.TB, srv *Server, prepare func(net.Conn) net.Conn, coun
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var sc net.Conn = c
+				sc := c
 				if counting {
 					sc = countingConn{c.(*net.TCPConn), n}
 				}

@@ -242,7 +242,7 @@ func (w *Writer) tryWrite(p []byte) (n int, err error) {
 func (w *Writer) writeFD(fd uintptr) bool {
 	for {
 		w.wn, w.werr = syscall.Write(int(fd), w.wp)
-		if w.werr != syscall.EINTR {
+		if !errors.Is(w.werr, syscall.EINTR) {
 			return true
 		}
 	}
