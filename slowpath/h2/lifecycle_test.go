@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -222,15 +223,36 @@ func TestShutdown(t *testing.T) {
 	if n := ts.srv.Active(); n != 0 {
 		t.Fatalf("Active() = %d after Shutdown, want 0", n)
 	}
-	// A connection arriving after Shutdown is closed at once.
+	// A connection handed over after Shutdown (its preface was read just
+	// then) gets a GOAWAY naming no stream, so its client knows none was
+	// processed, and is closed.
 	late, err := net.Dial("tcp", ts.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = late.Close() }()
-	_ = late.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := late.Read(make([]byte, 64)); !errors.Is(err, io.EOF) && !isReset(err) {
-		t.Fatalf("a connection after Shutdown read %d bytes, %v; want it closed", n, err)
+	_ = late.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(late, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(late, late)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("a connection after Shutdown ended (%v) without GOAWAY", err)
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			if ga.LastStreamID != 0 || ga.ErrCode != http2.ErrCodeNo {
+				t.Fatalf("GOAWAY after Shutdown: last stream %d, %v; want 0, NO_ERROR", ga.LastStreamID, ga.ErrCode)
+			}
+			break
+		}
+	}
+	if _, err := io.Copy(io.Discard, late); err != nil && !isReset(err) {
+		t.Fatalf("after the GOAWAY: %v, want the connection closed", err)
 	}
 }
 
@@ -439,5 +461,63 @@ func TestPrefaceTimeouts(t *testing.T) {
 	}
 	if _, err := rc.next(t); err == nil {
 		t.Fatal("frames after the idle GOAWAY, want the connection closed")
+	}
+}
+
+// TestBaseContextEnds: when the context a connection was served with
+// ends, its running handlers' contexts are canceled (they are not
+// children of it: see conn.streamBase) and the connection closes; the
+// streams' contexts still carry its values.
+func TestBaseContextEnds(t *testing.T) {
+	type key struct{}
+	base, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "base value"))
+	defer cancel()
+	started := make(chan string, 1)
+	ended := make(chan error, 1)
+	srv := &Server{Log: slog.New(slog.DiscardHandler), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, _ := r.Context().Value(key{}).(string)
+		started <- v
+		<-r.Context().Done()
+		ended <- r.Context().Err()
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		srv.ServeConn(c, ConnOptions{Context: base})
+	}()
+	rc := dialRaw(t, ln.Addr().String())
+	if err := rc.request(1, "GET", "/", true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-started:
+		if v != "base value" {
+			t.Fatalf("the stream's context carries %q, want the base context's value", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not start")
+	}
+	cancel()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("handler context ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context stayed alive after the base context ended")
+	}
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeConn did not return after the base context ended")
 	}
 }

@@ -118,16 +118,19 @@ func (s *Server) ServeConn(c net.Conn, o ConnOptions) {
 	cc := newConn(s, c, o)
 	cc.start()
 	s.mu.Lock()
-	if s.shutdown {
-		s.mu.Unlock()
-		_ = c.Close()
-		return
-	}
 	if s.conns == nil {
 		s.conns = make(map[*conn]struct{})
 	}
 	s.conns[cc] = struct{}{}
+	shutdown := s.shutdown
 	s.mu.Unlock()
+	if shutdown {
+		// Handed over after Shutdown began (the HTTP/1.x server read its
+		// preface just then): GOAWAY before any stream, so the client
+		// learns that none was processed and sends its requests again
+		// elsewhere, rather than seeing the connection drop.
+		cc.goAwayGraceful()
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, cc)

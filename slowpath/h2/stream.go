@@ -75,7 +75,7 @@ func newStream(c *conn, id uint32) *stream {
 	st.bodyCond.L = &c.mu
 	st.declared = -1
 	st.resCL = -1
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
+	st.ctx, st.cancel = context.WithCancel(c.streamBase)
 	return st
 }
 
