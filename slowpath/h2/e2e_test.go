@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
 )
 
 // echoHandler streams the request body back as it arrives.
@@ -321,7 +323,17 @@ func TestClientCancel(t *testing.T) {
 	forBoth(t, func(t *testing.T, useTLS bool) {
 		started := make(chan struct{})
 		canceled := make(chan error, 1)
+		hooked := make(chan struct{})
 		ts := startServer(t, useTLS, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The upstream client's way of waiting for the end: the
+			// stream context's hook (package ctxhook).
+			h, ok := ctxhook.Of(r.Context())
+			if !ok {
+				canceled <- errors.New("the stream's context has no hook")
+				close(started)
+				return
+			}
+			h.Watch(func() { close(hooked) })
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
 			close(started)
@@ -343,6 +355,11 @@ func TestClientCancel(t *testing.T) {
 		_ = res.Body.Close()
 		if err := <-canceled; !errors.Is(err, context.Canceled) {
 			t.Fatalf("handler's context: %v, want canceled", err)
+		}
+		select {
+		case <-hooked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the context's hook did not run when the client reset the stream")
 		}
 	})
 }

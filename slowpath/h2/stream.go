@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
 )
 
 // stream is one request/response exchange. Fields after the marker are
@@ -23,6 +25,10 @@ type stream struct {
 	id     uint32
 	ctx    context.Context
 	cancel context.CancelFunc
+	// hook runs what waits for ctx to end (the upstream client's
+	// interrupt) without a context.AfterFunc per request (see package
+	// ctxhook): a reset fires it after cancel.
+	hook   ctxhook.Slot
 	req    *http.Request
 	body   *requestBody
 	run    func() // runHandler, bound once per pooled stream
@@ -75,7 +81,10 @@ func newStream(c *conn, id uint32) *stream {
 	st.bodyCond.L = &c.mu
 	st.declared = -1
 	st.resCL = -1
-	st.ctx, st.cancel = context.WithCancel(c.streamBase)
+	var ctx context.Context
+	ctx, st.cancel = context.WithCancel(c.streamBase)
+	st.ctx = ctxhook.With(ctx, &st.hook)
+	st.hook.Init(st.ctx)
 	return st
 }
 

@@ -55,8 +55,12 @@ const (
 	slotFired
 )
 
-// Init sets the context the slot belongs to.
-func (s *Slot) Init(ctx context.Context) { s.ctx = ctx }
+// Init sets the context the slot belongs to, readying a slot used before
+// (for a context that ended) for a new one.
+func (s *Slot) Init(ctx context.Context) {
+	s.ctx, s.fn = ctx, nil
+	s.state.Store(slotIdle)
+}
 
 // Context implements Hook.
 func (s *Slot) Context() context.Context { return s.ctx }
