@@ -36,6 +36,10 @@ type Options struct {
 	// IdleTimeout closes client keep-alive connections idle this long.
 	// Zero: 120s.
 	IdleTimeout time.Duration
+	// SendTimeout closes an HTTP/1.x or HTTP/2 client connection that
+	// takes none of a response for this long (slow-read protection, as
+	// nginx's send_timeout). Zero: 60s.
+	SendTimeout time.Duration
 	// MaxHeaderBytes bounds request headers; larger ones get 431. Zero:
 	// 64 KiB.
 	MaxHeaderBytes int
@@ -94,6 +98,9 @@ var _ agent.Applier = (*Proxy)(nil)
 func New(opts Options) *Proxy {
 	if opts.ReadHeaderTimeout == 0 {
 		opts.ReadHeaderTimeout = 10 * time.Second
+	}
+	if opts.SendTimeout == 0 {
+		opts.SendTimeout = 60 * time.Second
 	}
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = 120 * time.Second
@@ -364,12 +371,14 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		MaxHeaderBytes:    p.opts.MaxHeaderBytes,
 		IdleTimeout:       p.opts.IdleTimeout,
 		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
+		SendTimeout:       p.opts.SendTimeout,
 		Log:               p.log,
 	}
 	hs.h1 = &h1.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
 		IdleTimeout:       p.opts.IdleTimeout,
+		SendTimeout:       p.opts.SendTimeout,
 		MaxHeaderBytes:    p.opts.MaxHeaderBytes,
 		// A plaintext connection that is not HTTP/1.x: HTTP/2 with prior
 		// knowledge, or an invalid preface the HTTP/2 server closes. Its

@@ -80,6 +80,7 @@ func (c *conn) init(nc net.Conn) {
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(nc)
 	c.out.Reset(nc, wbatch.Default)
+	c.out.SetSendTimeout(c.s.SendTimeout)
 	c.bw = writers.Get().(*bufio.Writer)
 	c.bw.Reset(&c.out)
 	c.hdr = make(http.Header, 8)

@@ -373,6 +373,9 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err := c.out.Sync(); err != nil {
 		return nil, nil, err
 	}
+	// The hijacker sets its own deadlines; the write above may have set one.
+	c.out.SetSendTimeout(0)
+	_ = c.nc.SetWriteDeadline(time.Time{})
 	// The buffers go with the connection and are not pooled again.
 	rw := bufio.NewReadWriter(c.br, c.bw)
 	c.br, c.bw = nil, nil

@@ -47,6 +47,10 @@ type Server struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle this long.
 	IdleTimeout time.Duration
+	// SendTimeout closes a connection whose client takes none of a
+	// response for this long (slow-read protection, nginx's
+	// send_timeout). Zero: none.
+	SendTimeout time.Duration
 	// MaxHeaderBytes bounds a request head (request line and fields);
 	// like net/http, 4096 bytes more are allowed. Larger heads get 431.
 	MaxHeaderBytes int

@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -595,4 +597,77 @@ func TestBurstWrites(t *testing.T) {
 			t.Fatalf("after the first response: %q, %v; want the hijacker's bytes", rest, err)
 		}
 	})
+}
+
+// TestSendTimeout: a client that stops reading a large response has its
+// connection closed once the send timeout passes without progress (the
+// handler's write fails); one that reads slowly but steadily gets it all.
+func TestSendTimeout(t *testing.T) {
+	const size = 8 << 20 // far more than the socket buffers
+	handlerErr := make(chan error, 2)
+	for _, batched := range []bool{false, true} {
+		name := "counted conn"
+		if batched {
+			name = "plain TCP"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := &Server{SendTimeout: 200 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", strconv.Itoa(size))
+				chunk := bytes.Repeat([]byte("z"), 32<<10)
+				for sent := 0; sent < size; sent += len(chunk) {
+					if _, err := w.Write(chunk); err != nil {
+						handlerErr <- err
+						return
+					}
+				}
+				handlerErr <- nil
+			})}
+			var ts *testServer
+			if batched {
+				ts = serveRaw(t, srv)
+			} else {
+				ts = serve(t, srv)
+			}
+			t.Run("stalled", func(t *testing.T) {
+				cl := dial(t, ts.addr)
+				if tc, ok := cl.Conn.(*net.TCPConn); ok {
+					_ = tc.SetReadBuffer(16 << 10)
+				}
+				cl.send("GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+				select {
+				case err := <-handlerErr:
+					if err == nil {
+						t.Fatal("the whole response was written to a client that reads nothing")
+					}
+				case <-time.After(testDeadline):
+					t.Fatal("the handler's write to a client that reads nothing never failed")
+				}
+			})
+			t.Run("slow but steady", func(t *testing.T) {
+				cl := dial(t, ts.addr)
+				cl.send("GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+				resp, err := http.ReadResponse(cl.br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// 8 MiB in 64 KiB pieces with pauses shorter than the
+				// timeout, over far longer than it.
+				buf := make([]byte, 64<<10)
+				var got int
+				for got < size {
+					n, err := io.ReadFull(resp.Body, buf[:min(len(buf), size-got)])
+					got += n
+					if err != nil {
+						t.Fatalf("after %d bytes: %v", got, err)
+					}
+					if got%(1<<20) == 0 {
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				if err := <-handlerErr; err != nil {
+					t.Fatalf("handler: %v", err)
+				}
+			})
+		})
+	}
 }

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -519,5 +520,46 @@ func TestBaseContextEnds(t *testing.T) {
 	case <-served:
 	case <-time.After(10 * time.Second):
 		t.Fatal("ServeConn did not return after the base context ended")
+	}
+}
+
+// TestSendTimeout: a client that opens its flow-control windows wide and
+// then reads nothing from its socket has its connection closed once the
+// send timeout passes without progress, ending the handler's writes.
+func TestSendTimeout(t *testing.T) {
+	wrote := make(chan error, 1)
+	ts := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := bytes.Repeat([]byte("z"), 32<<10)
+		for range 512 { // 16 MiB
+			if _, err := w.Write(chunk); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}), func(s *Server) { s.SendTimeout = 200 * time.Millisecond })
+	rc := dialRaw(t, ts.addr)
+	if tc, ok := rc.nc.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(16 << 10)
+	}
+	const wide = 1<<31 - 1
+	if err := rc.write(func() error {
+		if err := rc.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: wide}); err != nil {
+			return err
+		}
+		return rc.fr.WriteWindowUpdate(0, wide-65535)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.request(1, "GET", "/big", true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Fatal("16 MiB were written to a client that reads nothing")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler's writes to a client that reads nothing never failed")
 	}
 }

@@ -31,6 +31,11 @@ type Server struct {
 	// ReadHeaderTimeout bounds the wait for the client preface and its
 	// first SETTINGS frame; zero means no bound.
 	ReadHeaderTimeout time.Duration
+	// SendTimeout closes a connection whose client takes none of what is
+	// written to it for this long (slow-read protection: flow control
+	// bounds what a stream may send, not whether the client reads its
+	// socket); zero means no bound.
+	SendTimeout time.Duration
 	// Log receives handler panics and connection errors worth a look;
 	// nil means slog.Default().
 	Log *slog.Logger

@@ -27,7 +27,14 @@ type writeBuf struct {
 	err      error
 	flushing bool // a flush goroutine runs; it owns writing buf
 	done     chan struct{}
+	// deadline is the write deadline set for the server's SendTimeout,
+	// renewed only when less than half of it is left (see writeOut).
+	deadline time.Time
 }
+
+// sendChunk is the most one write system call is given, so that the send
+// timeout measures progress rather than the time a large burst takes.
+const sendChunk = 64 << 10
 
 // maxPending bounds the bytes a handler may leave waiting for the
 // connection: a handler's write beyond it waits for the flush. Frames the
@@ -86,7 +93,7 @@ func (w *writeBuf) flush() {
 		w.buf = w.spare[:0]
 		w.spare = nil
 		c.mu.Unlock()
-		_, err := c.nc.Write(b)
+		err := w.writeOut(b)
 		c.mu.Lock()
 		w.spare = b[:0]
 		if err != nil {
@@ -110,6 +117,38 @@ func (w *writeBuf) flush() {
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
+}
+
+// writeOut writes b, in pieces of at most sendChunk when the server has
+// a SendTimeout, renewing the write deadline as the client takes them.
+// Called by the flush goroutine without the connection's mutex.
+func (w *writeBuf) writeOut(b []byte) error {
+	c := w.c
+	timeout := c.srv.SendTimeout
+	if timeout <= 0 {
+		_, err := c.nc.Write(b)
+		return err
+	}
+	for len(b) > 0 {
+		c.mu.Lock()
+		if w.err != nil {
+			// Closing: the close set its own deadline.
+			err := w.err
+			c.mu.Unlock()
+			return err
+		}
+		if now := time.Now(); w.deadline.Sub(now) < timeout/2 {
+			w.deadline = now.Add(timeout)
+			_ = c.nc.SetWriteDeadline(w.deadline)
+		}
+		c.mu.Unlock()
+		n := min(len(b), sendChunk)
+		if _, err := c.nc.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // wait returns once the pending bytes are written, or after at most d;

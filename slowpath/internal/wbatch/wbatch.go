@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Batcher writes the deferred messages of its Writers.
@@ -58,6 +59,13 @@ type Writer struct {
 	busy   bool      // a goroutine writes out a message the Batcher could not finish
 	err    error     // a deferred write failed
 
+	// timeout bounds how long a write may wait for the peer to take it
+	// (SetSendTimeout; zero: no bound); deadline is the write deadline
+	// set for it, renewed only when less than half of timeout is left,
+	// so that most writes cost no timer.
+	timeout  time.Duration
+	deadline time.Time
+
 	// The argument and results of writeFD, which tryWrite hands to
 	// RawConn.Write as a method value made once (a closure per write
 	// would be an allocation). Used under mu.
@@ -79,6 +87,7 @@ func (w *Writer) Reset(nc net.Conn, b *Batcher) {
 		w.idle.Wait()
 	}
 	w.nc, w.b, w.rc, w.deferNext, w.err = nc, b, nil, false, nil
+	w.timeout, w.deadline = 0, time.Time{}
 	w.buf = w.buf[:0]
 	if nc == nil || b == nil {
 		return
@@ -100,6 +109,31 @@ func (w *Writer) Reset(nc net.Conn, b *Batcher) {
 			w.wfn = w.writeFD
 		}
 	}
+}
+
+// SetSendTimeout makes every write fail (and a deferred one close the
+// connection) when the peer takes none of it for about d (d to 1.5 d): a
+// client that stops reading cannot hold its connection and the goroutine
+// writing to it for good. Zero: no bound. The Writer then owns the
+// connection's write deadline.
+func (w *Writer) SetSendTimeout(d time.Duration) {
+	w.mu.Lock()
+	w.timeout, w.deadline = d, time.Time{}
+	w.mu.Unlock()
+}
+
+// arm renews the write deadline when less than half the timeout is
+// left. w.mu is held.
+func (w *Writer) arm() {
+	if w.timeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if w.deadline.Sub(now) >= w.timeout/2 {
+		return
+	}
+	w.deadline = now.Add(w.timeout)
+	_ = w.nc.SetWriteDeadline(w.deadline)
 }
 
 // Defer makes the next Write a deferred one: its bytes are copied and
@@ -127,6 +161,11 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.Sync(); err != nil {
 		return 0, err
 	}
+	if w.timeout > 0 {
+		w.mu.Lock()
+		w.arm()
+		w.mu.Unlock()
+	}
 	return w.nc.Write(p)
 }
 
@@ -149,6 +188,7 @@ func (w *Writer) Sync() error {
 	out := w.buf
 	w.buf = nil
 	w.busy = true
+	w.arm()
 	w.mu.Unlock()
 	_, err := w.nc.Write(out)
 	w.mu.Lock()
@@ -208,6 +248,8 @@ func (w *Writer) flush() {
 		w.mu.Unlock()
 		return
 	}
+	// Also for a write that does not wait: an expired deadline would fail it.
+	w.arm()
 	n, err := w.tryWrite(w.buf)
 	switch {
 	case err == nil && n == len(w.buf):
@@ -250,6 +292,9 @@ func (w *Writer) writeFD(fd uintptr) bool {
 
 // finish writes out the rest of a message the Batcher began.
 func (w *Writer) finish(out []byte) {
+	w.mu.Lock()
+	w.arm()
+	w.mu.Unlock()
 	_, err := w.nc.Write(out)
 	w.mu.Lock()
 	w.busy = false

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -235,4 +236,61 @@ func TestResetWaits(t *testing.T) {
 	if err := w.Sync(); err != nil && !errors.Is(err, net.ErrClosed) {
 		t.Fatal(err)
 	}
+}
+
+// TestSendTimeout: a peer that stops reading makes a direct write fail,
+// and a deferred one close the connection, once the send timeout passes
+// without progress; a peer that reads keeps the connection alive past it.
+func TestSendTimeout(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 4<<20) // far more than both buffers
+	t.Run("direct write", func(t *testing.T) {
+		c, _ := pair(t)
+		_ = c.SetWriteBuffer(16 << 10)
+		w := new(Writer)
+		w.Reset(c, new(Batcher))
+		w.SetSendTimeout(100 * time.Millisecond)
+		if _, err := w.Write(big); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("write to a peer that reads nothing: %v, want a deadline error", err)
+		}
+	})
+	t.Run("deferred write", func(t *testing.T) {
+		c, _ := pair(t)
+		_ = c.SetWriteBuffer(16 << 10)
+		w := new(Writer)
+		w.Reset(c, new(Batcher))
+		w.SetSendTimeout(100 * time.Millisecond)
+		w.Defer()
+		if _, err := w.Write(big); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("owner's read: %v, want the connection closed by the timed-out write", err)
+		}
+		if err := w.Sync(); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Sync: %v, want the deferred write's deadline error", err)
+		}
+	})
+	t.Run("slow reader", func(t *testing.T) {
+		c, s := pair(t)
+		w := new(Writer)
+		w.Reset(c, new(Batcher))
+		w.SetSendTimeout(200 * time.Millisecond)
+		// Messages spread over more than twice the timeout, each read at
+		// once: the deadline is renewed, never hit.
+		go func() { _, _ = io.Copy(io.Discard, s) }()
+		for i := range 10 {
+			w.Defer()
+			if _, err := w.Write([]byte("tick")); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if _, err := w.Write([]byte("direct")); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
