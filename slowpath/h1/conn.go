@@ -32,7 +32,10 @@ type conn struct {
 	bw  *bufio.Writer
 	// out is what bw writes to: the end of a response is written in a
 	// burst with other connections' (see package wbatch).
-	out    wbatch.Writer
+	out wbatch.Writer
+	// rawOut is what a TLS connection writes its records to (through a
+	// wbatch.Conn under it); unused on plaintext connections.
+	rawOut wbatch.Writer
 	remote string
 	state  atomic.Int32
 	ctx    context.Context

@@ -317,6 +317,7 @@ func (w *response) finish() error {
 	// The response is complete: its last bytes may wait for the burst.
 	if bw.Buffered() > 0 {
 		w.c.out.Defer()
+		w.c.rawOut.Defer() // the TLS record it becomes
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -371,6 +372,9 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b.mu.Unlock()
 	}
 	if err := c.out.Sync(); err != nil {
+		return nil, nil, err
+	}
+	if err := c.rawOut.Sync(); err != nil {
 		return nil, nil, err
 	}
 	// The hijacker sets its own deadlines; the write above may have set one.

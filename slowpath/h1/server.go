@@ -36,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/novaedge/novaedge/slowpath/internal/wbatch"
 )
 
 // Server serves HTTP/1.x on plaintext connections handed to ServeConn.
@@ -106,7 +108,10 @@ func (s *Server) Go(nc net.Conn, prepare func(net.Conn) net.Conn) {
 		defer s.remove(c)
 		sc := nc
 		if prepare != nil {
-			if sc = prepare(nc); sc == nil {
+			// Under TLS: the record that ends a response is written in a
+			// burst like a plaintext response's end (see conn.rawOut).
+			c.rawOut.Reset(nc, wbatch.Default)
+			if sc = prepare(wbatch.Conn{Conn: nc, W: &c.rawOut}); sc == nil {
 				c.cancel(nil)
 				return
 			}

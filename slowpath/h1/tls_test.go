@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,9 +35,21 @@ func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 }
 
 // TestTLS serves handshaken TLS connections: Request.TLS is set,
-// keep-alive works, and a refused request's answer arrives before the
-// close.
+// keep-alive and pipelining work, and a refused request's answer arrives
+// before the close. Over plain TCP the records that end responses are
+// written in bursts (wbatch.Conn under the TLS connection); over the
+// counting wrapper they are written directly.
 func TestTLS(t *testing.T) {
+	for _, counting := range []bool{true, false} {
+		name := "plain TCP"
+		if counting {
+			name = "counted conn"
+		}
+		t.Run(name, func(t *testing.T) { testTLS(t, counting) })
+	}
+}
+
+func testTLS(t *testing.T, counting bool) {
 	cert, pool := testCert(t)
 	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || !r.TLS.HandshakeComplete || r.TLS.ServerName != "h1.test" {
@@ -44,7 +58,7 @@ func TestTLS(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "tls:"+r.URL.Path)
 	})}
-	ts := serveWith(t, srv, func(c net.Conn) net.Conn {
+	ts := serveConns(t, srv, func(c net.Conn) net.Conn {
 		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
 		_ = tc.SetDeadline(time.Now().Add(testDeadline))
 		if err := tc.Handshake(); err != nil {
@@ -52,7 +66,7 @@ func TestTLS(t *testing.T) {
 		}
 		_ = tc.SetDeadline(time.Time{})
 		return tc
-	})
+	}, counting)
 
 	dialTLS := func() (*tls.Conn, *bufio.Reader) {
 		c, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: pool, ServerName: "h1.test", NextProtos: []string{"http/1.1"}})
@@ -75,6 +89,25 @@ func TestTLS(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != 200 || string(b) != "tls:"+path || resp.Close {
 			t.Fatalf("%s: %d %q close=%v", path, resp.StatusCode, b, resp.Close)
+		}
+	}
+
+	c, br = dialTLS()
+	var pipelined strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&pipelined, "GET /p%d HTTP/1.1\r\nHost: h1.test\r\n\r\n", i)
+	}
+	if _, err := io.WriteString(c, pipelined.String()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("pipelined %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if want := fmt.Sprintf("tls:/p%d", i); string(b) != want {
+			t.Fatalf("pipelined %d: %q, want %q", i, b, want)
 		}
 	}
 

@@ -319,3 +319,33 @@ func (w *Writer) fail(err error) {
 	w.buf = w.buf[:0]
 	_ = w.nc.Close()
 }
+
+// Conn is a connection whose writes go through W, a Writer of the
+// connection itself. Put under a TLS connection, it lets the record that
+// ends a response be deferred like a plaintext response's end: the owner
+// calls W.Defer before flushing the response into the TLS connection.
+// Close and CloseWrite write what is pending first.
+type Conn struct {
+	net.Conn
+	W *Writer
+}
+
+func (c Conn) Write(p []byte) (int, error) { return c.W.Write(p) }
+
+// Close writes what is pending, then closes.
+func (c Conn) Close() error {
+	_ = c.W.Sync()
+	return c.Conn.Close()
+}
+
+// CloseWrite writes what is pending, then half-closes (when the
+// connection can).
+func (c Conn) CloseWrite() error {
+	if err := c.W.Sync(); err != nil {
+		return err
+	}
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
