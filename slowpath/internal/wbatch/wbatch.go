@@ -14,8 +14,9 @@
 // of its own that yields once before writing).
 //
 // Only messages the owner marks with Defer are gathered, and only on
-// *net.TCPConn and *net.UnixConn connections (other types, TLS among
-// them, are written to directly): the
+// *net.TCPConn and *net.UnixConn connections (other types are written to
+// directly; a TLS connection is batched from below, by putting a Conn
+// under it): the
 // Batcher writes without blocking, and a connection that cannot take the
 // whole message at once gets a goroutine that finishes it with an
 // ordinary write (its deadlines apply). Any other write, and Sync, first
