@@ -1,9 +1,10 @@
 // Command httpbench measures the slow path against baselines in one run:
-// small keep-alive HTTP/1.1 responses (wrk) and HTTP/2 with prior knowledge
-// (h2load) sent directly to the backend, through nginx, through HAProxy
-// and through novaedge-agent, each proxy configured with the same single
-// route and pinned to its own core, the load generator and the backend to
-// another. It writes a Markdown report and a JSON file to -out.
+// small keep-alive HTTP/1.1 responses (wrk) over plain TCP and over TLS,
+// and HTTP/2 with prior knowledge (h2load) sent directly to the backend,
+// through nginx, through HAProxy and through novaedge-agent, each proxy
+// configured with the same single route (and, for TLS, the same
+// certificate) and pinned to its own core, the load generator and the
+// backend to another. It writes a Markdown report and a JSON file to -out.
 //
 // Run by hack/bench.sh (make bench), which installs nginx, haproxy, wrk and
 // h2load and builds bin/novaedge-agent first. Only 127.0.0.1 is used.
@@ -12,6 +13,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -46,6 +48,10 @@ const (
 	nginxH2     = 19511
 	haproxyH2   = 19512
 	plainRP     = 19504
+	nginxTLS    = 19521
+	haproxyTLS  = 19522
+	novaTLS     = 19523
+	novaBaseTLS = 19525
 )
 
 type result struct {
@@ -125,7 +131,7 @@ func main() {
 		return cmd
 	}
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, novaOps} {
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, novaOps, nginxTLS, haproxyTLS, novaTLS, novaBaseTLS} {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			_ = c.Close()
 			log.Fatalf("port %d is in use (another benchmark running?)", port)
@@ -140,13 +146,24 @@ http { access_log off; keepalive_requests 1000000;
 `, tmp, backendPort))
 	start("backend", 0, nil, "nginx", "-c", filepath.Join(tmp, "backend.conf"), "-e", filepath.Join(tmp, "backend.err"))
 
+	// One certificate for every TLS listener (ECDSA P-256, TLS 1.3 with
+	// AES-GCM in practice: what the proxies negotiate with wrk).
+	certPEM, keyPEM, err := benchCert()
+	if err != nil {
+		fail("certificate: %v", err)
+	}
+	writeFile(tmp, "cert.pem", string(certPEM))
+	writeFile(tmp, "key.pem", string(keyPEM))
+	writeFile(tmp, "haproxy.pem", string(certPEM)+string(keyPEM))
+
 	writeFile(tmp, "nginx.conf", fmt.Sprintf(`worker_processes 1; daemon off; pid %[1]s/nginx.pid; error_log %[1]s/nginx.err;
 events { worker_connections 4096; }
 http { access_log off; keepalive_requests 1000000; http2_max_requests 1000000;
   upstream be { server 127.0.0.1:%[2]d; keepalive 128; }
-  server { listen 127.0.0.1:%[3]d; listen 127.0.0.1:%[4]d http2;
+  server { listen 127.0.0.1:%[3]d; listen 127.0.0.1:%[4]d http2; listen 127.0.0.1:%[5]d ssl;
+    ssl_certificate %[1]s/cert.pem; ssl_certificate_key %[1]s/key.pem;
     location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
-`, tmp, backendPort, nginxH1, nginxH2))
+`, tmp, backendPort, nginxH1, nginxH2, nginxTLS))
 	nginx := start("nginx", 1, nil, "nginx", "-c", filepath.Join(tmp, "nginx.conf"), "-e", filepath.Join(tmp, "nginx.err"))
 
 	writeFile(tmp, "haproxy.cfg", fmt.Sprintf(`global
@@ -161,15 +178,16 @@ defaults
 frontend fe
   bind 127.0.0.1:%d
   bind 127.0.0.1:%d proto h2
+  bind 127.0.0.1:%d ssl crt %s alpn http/1.1
   default_backend be
 backend be
   server s1 127.0.0.1:%d
-`, haproxyH1, haproxyH2, backendPort))
+`, haproxyH1, haproxyH2, haproxyTLS, filepath.Join(tmp, "haproxy.pem"), backendPort))
 	haproxy := start("haproxy", 1, nil, "haproxy", "-f", filepath.Join(tmp, "haproxy.cfg"), "-db")
 
-	// startAgent runs an agent binary with the bench route on port, its
-	// state in a directory of its own.
-	startAgent := func(name, bin string, port int, extra ...string) *exec.Cmd {
+	// startAgent runs an agent binary with the bench route on port (and
+	// over TLS on tlsPort), its state in a directory of its own.
+	startAgent := func(name, bin string, port, tlsPort int, extra ...string) *exec.Cmd {
 		dir := filepath.Join(tmp, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			fail("%v", err)
@@ -177,14 +195,22 @@ backend be
 		writeFile(dir, "novaedge.yaml", fmt.Sprintf(`apiVersion: novaedge.io/v1alpha1
 kind: ProxyVIP
 metadata: {name: bench}
-spec: {address: 127.0.0.1/32, mode: Local, ports: [%[1]d]}
+spec: {address: 127.0.0.1/32, mode: Local, ports: [%[1]d, %[3]d]}
 ---
 apiVersion: novaedge.io/v1alpha1
 kind: ProxyGateway
 metadata: {name: bench, namespace: bench}
 spec:
   vipRef: bench
-  listeners: [{name: http, port: %[1]d, protocol: HTTP}]
+  listeners:
+    - {name: http, port: %[1]d, protocol: HTTP}
+    - {name: https, port: %[3]d, protocol: HTTPS, tls: {secretRef: {name: bench-cert}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bench-cert, namespace: bench}
+type: kubernetes.io/tls
+data: {tls.crt: %[4]s, tls.key: %[5]s}
 ---
 apiVersion: novaedge.io/v1alpha1
 kind: ProxyRoute
@@ -198,7 +224,7 @@ metadata: {name: backend, namespace: bench}
 spec:
   lbPolicy: RoundRobin
   endpoints: [{address: 127.0.0.1, port: %[2]d}]
-`, port, backendPort))
+`, port, backendPort, tlsPort, base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM)))
 		args := []string{bin, "--standalone", "--config", filepath.Join(dir, "novaedge.yaml"),
 			"--admin-socket", filepath.Join(dir, "agent.sock"), "--metrics-addr", "", "--state-dir", dir, "--handoff-socket", "",
 			"--bind-local-vips=false", "--watch=false", "--log-level", "warn",
@@ -211,10 +237,10 @@ spec:
 	if *profile != "" || *profileH2 != "" {
 		profArgs = []string{"--pprof", "--metrics-addr", "127.0.0.1:" + strconv.Itoa(novaOps)}
 	}
-	nova := startAgent("novaedge", *agent, novaH1, profArgs...)
+	nova := startAgent("novaedge", *agent, novaH1, novaTLS, profArgs...)
 	var base *exec.Cmd
 	if *baseAgent != "" {
-		base = startAgent("novaedge-base", *baseAgent, novaBase)
+		base = startAgent("novaedge-base", *baseAgent, novaBase, novaBaseTLS)
 	}
 
 	self, err := os.Executable()
@@ -223,9 +249,9 @@ spec:
 	}
 	rp := start("reverseproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-reverse-proxy", "127.0.0.1:"+strconv.Itoa(plainRP))
 
-	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP}
+	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, nginxTLS, haproxyTLS, novaTLS}
 	if base != nil {
-		ports = append(ports, novaBase)
+		ports = append(ports, novaBase, novaBaseTLS)
 	}
 	for _, port := range ports {
 		if err := waitPort(port, 20*time.Second); err != nil {
@@ -234,21 +260,21 @@ spec:
 	}
 
 	type target struct {
-		name   string
-		h1, h2 int
-		cmd    *exec.Cmd // nil: direct
+		name        string
+		h1, h2, tls int       // ports; 0: not measured
+		cmd         *exec.Cmd // nil: direct
 	}
 	targets := []target{
-		{"direct", backendPort, 0, nil},
-		{"nginx", nginxH1, nginxH2, nginx},
-		{"haproxy", haproxyH1, haproxyH2, haproxy},
-		{"novaedge", novaH1, novaH1, nova},
+		{"direct", backendPort, 0, 0, nil},
+		{"nginx", nginxH1, nginxH2, nginxTLS, nginx},
+		{"haproxy", haproxyH1, haproxyH2, haproxyTLS, haproxy},
+		{"novaedge", novaH1, novaH1, novaTLS, nova},
 		// The floor any proxy built on net/http starts from.
-		{"httputil.ReverseProxy", plainRP, 0, rp},
+		{"httputil.ReverseProxy", plainRP, 0, 0, rp},
 	}
 	if base != nil {
 		// Right after novaedge, so both see the machine in the same state.
-		targets = slices.Insert(targets, 4, target{"novaedge-base", novaBase, novaBase, base})
+		targets = slices.Insert(targets, 4, target{"novaedge-base", novaBase, novaBase, novaBaseTLS, base})
 	}
 	var results []result
 	for _, t := range targets {
@@ -256,7 +282,7 @@ spec:
 			continue
 		}
 		// Warm up connection pools and caches.
-		_, _ = runWrk(t.h1, 2*time.Second, *conns)
+		_, _ = runWrk("http", t.h1, 2*time.Second, *conns)
 		var prof chan error
 		if *profile != "" && t.cmd == nova {
 			// The profile covers the measurement but its first and last
@@ -265,7 +291,7 @@ spec:
 			go func() { prof <- fetchProfile(novaOps, max(*duration-time.Second, time.Second), *profile) }()
 		}
 		cpu0, user0 := treeCPU(t.cmd)
-		r, err := runWrk(t.h1, *duration, *conns)
+		r, err := runWrk("http", t.h1, *duration, *conns)
 		if prof != nil {
 			if err := <-prof; err != nil {
 				log.Printf("profile: %v", err)
@@ -285,6 +311,25 @@ spec:
 		}
 		results = append(results, r)
 		log.Printf("%-9s http/1.1 %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req (user %5.1f) %s", t.name, r.RPS, r.P50ms, r.P99ms, r.CPUusPerReq, r.UserUsPerReq, r.Errors)
+		if t.tls != 0 {
+			// HTTP/1.1 over TLS: keep-alive connections, so the handshakes
+			// are few and the cost is the records' (with wrk's warm-up).
+			_, _ = runWrk("https", t.tls, 2*time.Second, *conns)
+			cpu0, user0 := treeCPU(t.cmd)
+			rt, err := runWrk("https", t.tls, *duration, *conns)
+			rt.Target, rt.Protocol = t.name, "https/1.1"
+			if err != nil {
+				rt.Errors = err.Error()
+			}
+			cpu1, user1 := treeCPU(t.cmd)
+			rt.CPUSeconds = cpu1 - cpu0
+			if rt.Requests > 0 {
+				rt.CPUusPerReq = rt.CPUSeconds / rt.Requests * 1e6
+				rt.UserUsPerReq = (user1 - user0) / rt.Requests * 1e6
+			}
+			results = append(results, rt)
+			log.Printf("%-9s https    %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req (user %5.1f) %s", t.name, rt.RPS, rt.P50ms, rt.P99ms, rt.CPUusPerReq, rt.UserUsPerReq, rt.Errors)
+		}
 		if t.h2 == 0 {
 			continue
 		}
@@ -414,11 +459,11 @@ func toMs(v string, unit string) float64 {
 	return f
 }
 
-func runWrk(port int, d time.Duration, conns int) (result, error) {
+func runWrk(scheme string, port int, d time.Duration, conns int) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "taskset", "-c", "0", "wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d.Seconds()))+"s",
-		"--latency", "http://127.0.0.1:"+strconv.Itoa(port)+"/").CombinedOutput()
+		"--latency", scheme+"://127.0.0.1:"+strconv.Itoa(port)+"/").CombinedOutput()
 	var r result
 	if err != nil {
 		return r, fmt.Errorf("wrk: %w: %s", err, out)
@@ -493,9 +538,9 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 	}
 	var b strings.Builder
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "# HTTP proxy benchmark, %s\n\nMachine %s, %d CPUs, %s. Each proxy pinned to CPU 1 (one worker/thread; novaedge with GOMAXPROCS=1); wrk/h2load and the nginx backend on CPU 0. %s per measurement, %d connections (h2load: %d clients × 16 streams). Response: 19 bytes.\n\n",
+	fmt.Fprintf(&b, "# HTTP proxy benchmark, %s\n\nMachine %s, %d CPUs, %s. Each proxy pinned to CPU 1 (one worker/thread; novaedge with GOMAXPROCS=1); wrk/h2load and the nginx backend on CPU 0. %s per measurement, %d connections (h2load: %d clients × 16 streams). Response: 19 bytes. https/1.1: keep-alive HTTP/1.1 over TLS (one ECDSA P-256 certificate for every proxy; the backend is plain HTTP).\n\n",
 		stamp, host, runtime.NumCPU(), runtime.Version(), d, conns, max(conns/4, 1))
-	for _, proto := range []string{"http/1.1", "h2c"} {
+	for _, proto := range []string{"http/1.1", "https/1.1", "h2c"} {
 		ha := find("haproxy", proto)
 		fmt.Fprintf(&b, "## %s\n\n| target | req/s | vs HAProxy | p50 ms | p99 ms | mean ms | proxy CPU µs/req | of it user | errors |\n|---|---|---|---|---|---|---|---|---|\n", proto)
 		for _, r := range rs {
