@@ -33,9 +33,9 @@
 #endif
 
 /*
- * Slots of the per-CPU flow cache, a power of two (2^10 × 48 bytes: 48 KiB
+ * Slots of the flow cache per CPU, a power of two (2^10 × 64 bytes: 64 KiB
  * per CPU, small enough to stay in the CPU's caches); the loader sets the
- * size and flow_cache_bits together.
+ * size (this many times the possible CPUs) and flow_cache_bits together.
  */
 #ifndef FLOW_CACHE_SIZE
 #define FLOW_CACHE_SIZE 1024

@@ -81,9 +81,13 @@ struct {
 	__type(value, struct ct_value);
 } fp_ct4_udp SEC(".maps");
 
-/* Per-CPU copies of open IPv4 flows' conntrack entries by flow_cache_slot (see fastpath.bpf.c). */
+/*
+ * Copies of open IPv4 flows' conntrack entries: CPU c's part is indexes
+ * c << flow_cache_bits on, a flow's slot in it flow_cache_slot (see
+ * fastpath.bpf.c); the loader sizes it for every possible CPU.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FLOW_CACHE_SIZE);
 	__type(key, __u32);
 	__type(value, struct flow_cache_entry);

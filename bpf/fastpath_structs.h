@@ -125,8 +125,9 @@ struct flow_key4 {
 };
 
 /*
- * struct flow_cache_entry is a per-CPU copy of what forwarding a packet of
- * an open IPv4 flow needs from its conntrack entry (see fp_flow_cache).
+ * struct flow_cache_entry is one CPU's copy of what forwarding a packet of
+ * an open IPv4 flow needs from its conntrack entry (see fp_flow_cache),
+ * padded to a cache line.
  */
 struct flow_cache_entry {
 	struct flow_key4 key;
@@ -142,8 +143,10 @@ struct flow_cache_entry {
 	/* The program's clock until which the copy serves: its flow's next refresh. */
 	__u64 valid_until;
 	__u16 gue_port;
-	__u16 pad[3];
+	__u16 pad[11];
 };
+
+_Static_assert(sizeof(struct flow_cache_entry) == 64, "a flow cache slot is one cache line");
 
 /* enum ct_state is the TCP state a tracked flow is in (UDP is always OPEN). */
 enum ct_state {

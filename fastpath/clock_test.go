@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"math/bits"
 	"testing"
 	"time"
 
@@ -170,7 +169,7 @@ func newUncalibratedEnv(t *testing.T, n *progNet) *progEnv {
 	if err := spec.Variables[fpbpf.FastpathVarTickNs].Get(&tick); err != nil || tick != 0 {
 		t.Fatalf("Spec's tick_ns = %d (%v), want 0", tick, err)
 	}
-	objs := &Objects{MaglevSize: progSmallTables.MaglevSize, FlowCacheBits: uint32(bits.TrailingZeros32(spec.Maps[fpbpf.FastpathMapFpFlowCache].MaxEntries))}
+	objs := &Objects{MaglevSize: progSmallTables.MaglevSize, FlowCacheBits: specFlowCacheBits(spec)}
 	if err := spec.LoadAndAssign(&objs.FastpathObjects, nil); err != nil {
 		t.Fatal(err)
 	}

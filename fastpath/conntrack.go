@@ -99,17 +99,35 @@ func flowCacheSlot(k fastpathbpf.FastpathFlowKey, bits uint32) uint32 {
 	return x >> ((32 - bits) & 31)
 }
 
+// flowCacheIndexes returns the fp_flow_cache indexes of an IPv4 flow's
+// slot, one per possible CPU: the map holds each CPU's part of 2^bits
+// slots, CPU c's from c<<bits (the program's flow_cache_index).
+func flowCacheIndexes(k fastpathbpf.FastpathFlowKey, bits uint32) ([]uint32, error) {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	slot := flowCacheSlot(k, bits)
+	idx := make([]uint32, n)
+	for c := range idx {
+		idx[c] = uint32(c)<<bits | slot
+	}
+	return idx, nil
+}
+
 // dropFlowCopy clears, on every CPU, the flow cache slot of an IPv4 flow.
 func (o *Objects) dropFlowCopy(k fastpathbpf.FastpathFlowKey) error {
 	if o.FlowCacheBits == 0 {
 		return nil
 	}
-	n, err := ebpf.PossibleCPU()
+	idx, err := flowCacheIndexes(k, o.FlowCacheBits)
 	if err != nil {
 		return fmt.Errorf("drop flow cache copy: %w", err)
 	}
-	if err := o.FpFlowCache.Put(flowCacheSlot(k, o.FlowCacheBits), make([]fastpathbpf.FastpathFlowCacheEntry, n)); err != nil {
-		return fmt.Errorf("drop flow cache copy: %w", err)
+	for _, i := range idx {
+		if err := o.FpFlowCache.Put(i, fastpathbpf.FastpathFlowCacheEntry{}); err != nil {
+			return fmt.Errorf("drop flow cache copy: %w", err)
+		}
 	}
 	return nil
 }

@@ -29,10 +29,10 @@ type LoadOptions struct {
 	ConntrackSize uint32
 	// NATSize is the number of NAT reply mappings (an LRU).
 	NATSize uint32
-	// FlowCacheSize is the slot count of the per-CPU flow cache, copies of
+	// FlowCacheSize is the slot count per CPU of the flow cache, copies of
 	// open IPv4 flows' conntrack entries that spare the busiest flows'
 	// packets the conntrack lookup (see bpf/fastpath.bpf.c): a power of two
-	// up to 2^20; each slot takes 48 bytes per CPU. Zero means 1024 (48 KiB
+	// up to 2^20; each slot takes 64 bytes per CPU. Zero means 1024 (64 KiB
 	// per CPU); a cache too large for the CPU's caches makes the probe of
 	// every packet a cache miss.
 	FlowCacheSize uint32
@@ -81,7 +81,12 @@ func Spec(opts LoadOptions) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Maps[fastpathbpf.FastpathMapFpFlowCache].MaxEntries = 1 << cacheBits
+	// Each CPU has a part of its own (see flowCacheIndexes).
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	spec.Maps[fastpathbpf.FastpathMapFpFlowCache].MaxEntries = uint32(ncpu) << cacheBits
 	if err := spec.Variables[fastpathbpf.FastpathVarFlowCacheBits].Set(cacheBits); err != nil {
 		return nil, fmt.Errorf("set flow_cache_bits: %w", err)
 	}
@@ -114,6 +119,13 @@ func Spec(opts LoadOptions) (*ebpf.CollectionSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// specFlowCacheBits is the flow_cache_bits Spec set.
+func specFlowCacheBits(spec *ebpf.CollectionSpec) uint32 {
+	var b uint32
+	_ = spec.Variables[fastpathbpf.FastpathVarFlowCacheBits].Get(&b)
+	return b
 }
 
 // defaultFlowCacheSize is LoadOptions.FlowCacheSize's zero value.
@@ -152,7 +164,7 @@ func Load(opts LoadOptions) (*Objects, error) {
 	}
 	objs := &Objects{
 		MaglevSize:    spec.Maps[fastpathbpf.FastpathMapFpMaglev].InnerMap.MaxEntries,
-		FlowCacheBits: uint32(bits.TrailingZeros32(spec.Maps[fastpathbpf.FastpathMapFpFlowCache].MaxEntries)),
+		FlowCacheBits: specFlowCacheBits(spec),
 	}
 	copts := &ebpf.CollectionOptions{}
 	if opts.PinPath != "" {
@@ -200,20 +212,22 @@ func modMagic(d uint32) (m uint64, s uint32, ok bool) {
 	return 0, 0, false
 }
 
-// statsMaps are the pinned maps that hold nothing but statistics.
-var statsMaps = []string{fastpathbpf.FastpathMapFpCounters}
+// disposableMaps are the pinned maps whose contents are worth too little to
+// keep across an upgrade that changes their shape: statistics, and the
+// flow cache (copies of conntrack entries, made again by the next packets).
+var disposableMaps = []string{fastpathbpf.FastpathMapFpCounters, fastpathbpf.FastpathMapFpFlowCache}
 
-// unpinOutgrownStats removes the pin of a statistics map in dir whose shape
-// differs from spec's (fp_counters of an agent with fewer counters), so
-// that loading pins a new one instead of failing. Only statistics are
-// worth so little: every other map keeps its pin, or the program fails to
-// load (a change of those is a new Layout). The counters start again from
+// unpinOutgrownStats removes the pin of a disposable map in dir whose shape
+// differs from spec's (fp_counters of an agent with fewer counters, a flow
+// cache of another kind or size), so that loading pins a new one instead
+// of failing. Only these are worth so little: every other map keeps its
+// pin, or the program fails to load (a change of those is a new Layout). The counters start again from
 // zero, which Prometheus takes as a counter reset; the old program keeps
 // counting into the old map until the links switch to the new one.
 // fp_counters has spare slots (FP_COUNTER_SLOTS), so adding a counter
 // changes its shape no more.
 func unpinOutgrownStats(spec *ebpf.CollectionSpec, dir string) error {
-	for _, name := range statsMaps {
+	for _, name := range disposableMaps {
 		path := filepath.Join(dir, name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
 		if errors.Is(err, os.ErrNotExist) {

@@ -45,12 +45,13 @@ func TestLoadVerifier(t *testing.T) {
 	}
 }
 
-// TestLoadReplacesOutgrownCounters loads the program over the pins of an
-// agent whose fp_counters had fewer slots (layout v4 before the spare
-// slots): the counters' pin is replaced by a map of FP_COUNTER_SLOTS,
-// every other pinned map (here a VIP entry in fp_vips) is reused, and the
-// next load reuses the new counters as they are.
-func TestLoadReplacesOutgrownCounters(t *testing.T) {
+// TestLoadReplacesOutgrownDisposableMaps loads the program over the pins
+// of an agent whose fp_counters had fewer slots (layout v4 before the
+// spare slots) and whose flow cache was a per-CPU array of 48-byte slots:
+// both pins are replaced by maps of the new shape, every other pinned map
+// (here a VIP entry in fp_vips) is reused, and the next load reuses the
+// new maps as they are.
+func TestLoadReplacesOutgrownDisposableMaps(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test must run as root: it loads the program and pins maps in bpffs")
 	}
@@ -91,6 +92,18 @@ func TestLoadReplacesOutgrownCounters(t *testing.T) {
 	if err := old.Pin(path); err != nil {
 		t.Fatalf("pin the old fp_counters: %v", err)
 	}
+	cachePath := filepath.Join(dir, fastpathbpf.FastpathMapFpFlowCache)
+	if err := os.Remove(cachePath); err != nil {
+		t.Fatal(err)
+	}
+	oldCache, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 48, MaxEntries: 1024})
+	if err != nil {
+		t.Fatalf("create the old fp_flow_cache: %v", err)
+	}
+	defer func() { _ = oldCache.Close() }()
+	if err := oldCache.Pin(cachePath); err != nil {
+		t.Fatalf("pin the old fp_flow_cache: %v", err)
+	}
 
 	second := load()
 	info, err := second.FpCounters.Info()
@@ -107,6 +120,13 @@ func TestLoadReplacesOutgrownCounters(t *testing.T) {
 	if _, err := ReadCounters(second.FpCounters); err != nil {
 		t.Errorf("read the new counters: %v", err)
 	}
+	if typ, vs := second.FpFlowCache.Type(), second.FpFlowCache.ValueSize(); typ != ebpf.Array || vs != 64 {
+		t.Errorf("fp_flow_cache is a %v of %d-byte values, want the new Array of 64-byte slots", typ, vs)
+	}
+	cacheInfo, err := second.FpFlowCache.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	third := load()
 	id2, _ := info.ID()
@@ -116,5 +136,13 @@ func TestLoadReplacesOutgrownCounters(t *testing.T) {
 	}
 	if id3, _ := info3.ID(); id3 != id2 {
 		t.Errorf("fp_counters replaced again (map ID %d, was %d): a pin of the right size must be reused", id3, id2)
+	}
+	cacheInfo3, err := third.FpFlowCache.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := cacheInfo.ID()
+	if c3, _ := cacheInfo3.ID(); c3 != c2 {
+		t.Errorf("fp_flow_cache replaced again (map ID %d, was %d): a pin of the right shape must be reused", c3, c2)
 	}
 }

@@ -37,16 +37,28 @@ func TestFlowCacheBits(t *testing.T) {
 func (e *progEnv) flowCopy(k fpbpf.FastpathFlowKey) (fpbpf.FastpathFlowCacheEntry, bool) {
 	e.t.Helper()
 	k4, _ := ctKey4(k)
-	var per []fpbpf.FastpathFlowCacheEntry
-	if err := e.objs.FpFlowCache.Lookup(flowCacheSlot(k, e.objs.FlowCacheBits), &per); err != nil {
-		e.t.Fatalf("read flow cache: %v", err)
-	}
-	for _, c := range per {
+	for _, c := range e.flowCacheSlots(k) {
 		if c.Key == k4 && c.Proto == k.Proto && c.ValidUntil != 0 {
 			return c, true
 		}
 	}
 	return fpbpf.FastpathFlowCacheEntry{}, false
+}
+
+// flowCacheSlots reads k's slot in every CPU's part of the flow cache.
+func (e *progEnv) flowCacheSlots(k fpbpf.FastpathFlowKey) []fpbpf.FastpathFlowCacheEntry {
+	e.t.Helper()
+	idx, err := flowCacheIndexes(k, e.objs.FlowCacheBits)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	per := make([]fpbpf.FastpathFlowCacheEntry, len(idx))
+	for c, i := range idx {
+		if err := e.objs.FpFlowCache.Lookup(i, &per[c]); err != nil {
+			e.t.Fatalf("read flow cache: %v", err)
+		}
+	}
+	return per
 }
 
 // setCTBehind rewrites a flow's conntrack entry without PutConntrack, so
@@ -244,17 +256,17 @@ func TestProgFlowCache(t *testing.T) {
 // past their validity (as if the entry's refresh were due).
 func (e *progEnv) expireFlowCopies(t *testing.T, k fpbpf.FastpathFlowKey) {
 	t.Helper()
-	var per []fpbpf.FastpathFlowCacheEntry
-	slot := flowCacheSlot(k, e.objs.FlowCacheBits)
-	if err := e.objs.FpFlowCache.Lookup(slot, &per); err != nil {
+	idx, err := flowCacheIndexes(k, e.objs.FlowCacheBits)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range per {
-		if per[i].ValidUntil != 0 {
-			per[i].ValidUntil = 1
+	for c, fe := range e.flowCacheSlots(k) {
+		if fe.ValidUntil == 0 {
+			continue
 		}
-	}
-	if err := e.objs.FpFlowCache.Put(slot, per); err != nil {
-		t.Fatal(err)
+		fe.ValidUntil = 1
+		if err := e.objs.FpFlowCache.Put(idx[c], &fe); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -3,8 +3,8 @@
 // only returns XDP_TX, in the same run:
 //
 //   - trivial: return XDP_TX (the floor of running any XDP program here);
-//   - ct-hit: a packet of a tracked flow to a DSR-L2 VIP: parse, VIP
-//     prefilter, the flow's copy in the per-CPU flow cache (made by the
+//   - ct-hit: a packet of a tracked flow to a DSR-L2 VIP: parse, the
+//     flow's copy in the flow cache (made by the
 //     first conntrack hit, the second run; it spares the conntrack lookup),
 //     backend lookup, cached next hop, MAC rewrite, XDP_TX. L2 DSR rewrites
 //     only the MACs, so the repeated runs (which reuse the rewritten buffer)

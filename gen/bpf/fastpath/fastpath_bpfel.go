@@ -64,7 +64,7 @@ type FastpathFlowCacheEntry struct {
 	VipEpoch   uint32
 	ValidUntil uint64
 	GuePort    uint16
-	Pad        [3]uint16
+	Pad        [11]uint16
 }
 
 type FastpathFlowKey struct {
