@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/novaedge/novaedge/slowpath/upstream"
 )
 
 // serveDirect forwards a request that does not upgrade the connection:
@@ -18,8 +20,16 @@ import (
 // response header's values are shared, not copied.
 func (x *exchange) serveDirect(w http.ResponseWriter, r *http.Request) {
 	x.w = w
-	ctx := httptrace.WithClientTrace(r.Context(), &x.trace)
-	out := r.WithContext(ctx)
+	var out *http.Request
+	if _, own := x.be.transport.(*upstream.Transport); own {
+		// The own client hands 1xx responses to x.got1xx directly (see
+		// RoundTrip), so the upstream request keeps the client's context
+		// and is a copy kept in the exchange: no context, no allocation.
+		x.outReq = *r
+		out = &x.outReq
+	} else {
+		out = r.WithContext(httptrace.WithClientTrace(r.Context(), &x.trace))
+	}
 	out.RequestURI = ""
 	out.Close = false
 	if r.ContentLength == 0 {

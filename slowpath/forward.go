@@ -23,10 +23,11 @@ import (
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/endpoint"
-	"github.com/novaedge/novaedge/slowpath/h1"
 	"github.com/novaedge/novaedge/slowpath/health"
+	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
 	"github.com/novaedge/novaedge/slowpath/lb"
 	"github.com/novaedge/novaedge/slowpath/router"
+	"github.com/novaedge/novaedge/slowpath/upstream"
 )
 
 // maxReplayBody bounds the request bodies kept in memory for retries.
@@ -82,9 +83,11 @@ type exchange struct {
 	upgraded bool
 
 	// serveDirect's state: the client's writer (for 1xx responses), the
-	// trace bound to got1xx, and the upstream request's header and URL.
+	// trace bound to got1xx, and the upstream request with its header and
+	// URL.
 	w         http.ResponseWriter
 	trace     httptrace.ClientTrace
+	outReq    http.Request
 	outHeader http.Header
 	outURL    url.URL
 }
@@ -123,6 +126,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.body.reset()
 	x.bodyOpen = false
 	x.w = nil
+	x.outReq = http.Request{}
 	clear(x.outHeader)
 	x.outURL = url.URL{}
 	p.exchanges.Put(x)
@@ -204,11 +208,11 @@ func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln 
 	ctx := r.Context()
 	if ms := m.Rule.Timeouts.GetIdleMs(); ms > 0 {
 		// Streams (WebSocket, gRPC streaming, long downloads) that move no
-		// byte either way for the route's idle timeout are ended. A
-		// request on an HTTP/1.x connection of the own server is canceled
-		// through its connection's context, which is its own: no context
-		// per request.
-		cancel, own := connCancel(r)
+		// byte either way for the route's idle timeout are ended. The own
+		// servers let a request's context be canceled by its owner (an
+		// HTTP/1.x connection's, an HTTP/2 stream's): no context per
+		// request then.
+		cancel, own := ctxhook.CancelFunc(ctx)
 		if !own {
 			var c context.CancelCauseFunc
 			ctx, c = context.WithCancelCause(ctx)
@@ -255,15 +259,6 @@ func (p *Proxy) forward(x *exchange, w http.ResponseWriter, r *http.Request, ln 
 		return
 	}
 	x.serveDirect(w, r)
-}
-
-// connCancel returns the cancel function of r's context when r is served
-// by the own HTTP/1.x server, whose connection context is the request's.
-func connCancel(r *http.Request) (context.CancelCauseFunc, bool) {
-	if c, ok := h1.CancelerOf(r.Context()); ok {
-		return c.CancelFunc(r)
-	}
-	return nil, false
 }
 
 // remoteIP is the client's address.
@@ -469,7 +464,15 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 
 		ep.Begin()
-		resp, err := be.transport.RoundTrip(out)
+		var resp *http.Response
+		var err error
+		if t, own := be.transport.(*upstream.Transport); own && x.w != nil {
+			// serveDirect's request: 1xx responses go to the client
+			// without a trace in the request's context.
+			resp, err = t.RoundTripGot1xx(out, x.trace.Got1xxResponse)
+		} else {
+			resp, err = be.transport.RoundTrip(out)
+		}
 		timedOut := timer != nil && !timer.Stop()
 		if err == nil && timedOut {
 			// The timer fired as the headers arrived: the context is gone,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,99 @@ func testStreamIdleTimeout(t *testing.T) {
 	} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		t.Fatal("the silent stream was not closed within 20 s (idle timeout 2 s)")
 	}
+}
+
+// TestH2StreamIdleTimeout: over HTTP/2 the idle timeout cancels the
+// stream's own context (ctxhook.CancelFunc, no context per request): a
+// response that stalls is cut and its upstream request canceled, while
+// the connection and its other streams carry on, and streams reused
+// after it (the server pools them) are not canceled by it.
+func TestH2StreamIdleTimeout(t *testing.T) {
+	e := newEnv(t)
+	canceled := make(chan struct{}, 1)
+	back := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stall" {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "first")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-r.Context().Done():
+			canceled <- struct{}{}
+		case <-time.After(30 * time.Second):
+		}
+	}))
+	defer back.Close()
+	r := rule(prefix("/"), "ns/b")
+	r.Timeouts = &pb.RouteTimeouts{IdleMs: 300}
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/b", hostport(back))}))
+
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	getOK := func() {
+		t.Helper()
+		resp, err := c.Get("http://" + e.addr + "/ok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.ProtoMajor != 2 || string(body) != "ok" {
+			t.Fatalf("GET /ok: HTTP/%d %q %v, want HTTP/2 \"ok\"", resp.ProtoMajor, body, err)
+		}
+	}
+	getOK()
+
+	resp, err := c.Get("http://" + e.addr + "/stall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err == nil {
+		t.Fatalf("a stalled response ended cleanly (%q): want it cut by the idle timeout", body)
+	}
+	select {
+	case <-canceled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request of the idle stream was not canceled")
+	}
+	// Same connection, streams reused from the pool: none is canceled by
+	// the watch that ended the stalled one. Each takes longer than the
+	// idle timeout in total, so a stale cancel would have hit one.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		getOK()
+	}
+}
+
+// TestIdleWatchStop: a stopped watch never cancels, and stop waits for a
+// cancel under way, so that a context its server reuses after the request
+// is not canceled late.
+func TestIdleWatchStop(t *testing.T) {
+	for _, d := range []time.Duration{20 * time.Millisecond, idleSweepFrom} {
+		w := newIdleWatch(d, func(error) { t.Errorf("a watch stopped at once (timeout %v) canceled", d) })
+		w.stop()
+	}
+	entered, release, stopped := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	w := newIdleWatch(time.Millisecond, func(error) {
+		close(entered)
+		<-release
+	})
+	<-entered
+	go func() {
+		w.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while the cancel was running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-stopped
 }

@@ -2,6 +2,7 @@ package slowpath
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,14 @@ import (
 // byte; a long one (every route gets an hour by default) is checked by
 // the shared sweeper, since a timer made and stopped per request was 3 %
 // of the agent's CPU under small requests (perf/httpbench profile).
+//
+// Once stop returns, cancel is not called (and a cancel under way has
+// finished): cancel may be the function of a context its server reuses
+// for the next request (ctxhook.CancelFunc).
 type idleWatch struct {
 	d      time.Duration
 	last   atomic.Int64 // Unix nanoseconds of the last activity
+	state  atomic.Int32 // watchActive, watchStopped, watchFiring, watchFired
 	timer  *time.Timer  // nil: swept
 	cancel context.CancelCauseFunc
 
@@ -44,13 +50,28 @@ func newIdleWatch(d time.Duration, cancel context.CancelCauseFunc) *idleWatch {
 	return w
 }
 
+const (
+	watchActive int32 = iota
+	watchStopped
+	watchFiring
+	watchFired
+)
+
 func (w *idleWatch) check() {
 	idle := time.Since(time.Unix(0, w.last.Load()))
 	if idle >= w.d {
-		w.cancel(errIdleTimeout)
+		w.fire()
 		return
 	}
 	w.timer.Reset(w.d - idle)
+}
+
+// fire cancels, unless stop came first.
+func (w *idleWatch) fire() {
+	if w.state.CompareAndSwap(watchActive, watchFiring) {
+		w.cancel(errIdleTimeout)
+		w.state.Store(watchFired)
+	}
 }
 
 // touch records activity; a nil watch ignores it.
@@ -66,9 +87,16 @@ func (w *idleWatch) stop() {
 	}
 	if w.timer != nil {
 		w.timer.Stop()
+	} else {
+		idleSweep.remove(w)
+	}
+	if w.state.CompareAndSwap(watchActive, watchStopped) {
 		return
 	}
-	idleSweep.remove(w)
+	// Firing now: a cancel is short (a context and a connection close).
+	for w.state.Load() == watchFiring {
+		runtime.Gosched()
+	}
 }
 
 // idleSweeper checks the listed watches every idleSweepEvery; its
@@ -134,7 +162,7 @@ func (s *idleSweeper) run() {
 		}
 		s.mu.Unlock()
 		for i, w := range expired {
-			w.cancel(errIdleTimeout)
+			w.fire()
 			expired[i] = nil
 		}
 		expired = expired[:0]

@@ -64,8 +64,11 @@ func newConn(s *Server, raw net.Conn) *conn {
 		cancel(cause)
 		c.hook.Fire()
 	}
-	c.ctx = ctxhook.With(context.WithValue(ctx, cancelerKey{}, c), &c.hook)
-	c.hook.Init(c.ctx)
+	c.ctx = ctxhook.With(ctx, &c.hook)
+	// A connection serves one request at a time, so its context is the
+	// request's: the handler may cancel it (ctxhook.CancelFunc), which
+	// ends the connection after the response.
+	c.hook.Init(c.ctx, c.cancel)
 	return c
 }
 
@@ -385,30 +388,4 @@ func (c *conn) handle(r *http.Request) (keep bool) {
 		c.lingerClose()
 	}
 	return false
-}
-
-// cancelerKey finds a connection's Canceler in its requests' contexts.
-type cancelerKey struct{}
-
-// Canceler cancels a request served by this server without a context of
-// its own: an HTTP/1.x connection serves one request at a time, so its
-// context is the request's, and canceling it ends the connection after
-// the response.
-type Canceler interface {
-	// CancelFunc returns the function that cancels r's context with a
-	// cause, if r is the request the connection is serving (not one made
-	// from it, such as the streams of an h2c upgrade).
-	CancelFunc(r *http.Request) (context.CancelCauseFunc, bool)
-}
-
-// CancelFunc implements Canceler.
-func (c *conn) CancelFunc(r *http.Request) (context.CancelCauseFunc, bool) {
-	return c.cancel, r == &c.req
-}
-
-// CancelerOf returns the Canceler of a request's connection, if it is
-// served by this server.
-func CancelerOf(ctx context.Context) (Canceler, bool) {
-	c, ok := ctx.Value(cancelerKey{}).(Canceler)
-	return c, ok
 }

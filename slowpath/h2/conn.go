@@ -783,7 +783,7 @@ func (c *conn) wasResetLocked(id uint32) bool {
 func (c *conn) resetLocked(st *stream, err error) {
 	if st.resetErr == nil {
 		st.resetErr = err
-		st.cancel()
+		st.cancel(nil)
 		st.hook.Fire()
 		c.refundLocked(nil, int32(len(st.buf)-st.off))
 		st.buf, st.off = st.buf[:0], 0

@@ -24,15 +24,18 @@ type stream struct {
 	c      *conn
 	id     uint32
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	// hook runs what waits for ctx to end (the upstream client's
 	// interrupt) without a context.AfterFunc per request (see package
 	// ctxhook): a reset fires it after cancel.
-	hook   ctxhook.Slot
-	req    *http.Request
-	body   *requestBody
-	run    func() // runHandler, bound once per pooled stream
-	resHdr http.Header
+	hook ctxhook.Slot
+	// cancelFn cancels ctx with a cause and fires hook, for the handler
+	// (ctxhook.CancelFunc); bound once per pooled stream.
+	cancelFn func(cause error)
+	req      *http.Request
+	body     *requestBody
+	run      func() // runHandler, bound once per pooled stream
+	resHdr   http.Header
 
 	// The response's state, owned by the handler's goroutine.
 	status      int
@@ -76,15 +79,21 @@ func newStream(c *conn, id uint32) *stream {
 	st := streamPool.Get().(*stream)
 	if st.run == nil {
 		st.run = st.runHandler
+		st.cancelFn = func(cause error) {
+			st.cancel(cause)
+			st.hook.Fire()
+		}
 	}
 	st.c, st.id = c, id
 	st.bodyCond.L = &c.mu
 	st.declared = -1
 	st.resCL = -1
 	var ctx context.Context
-	ctx, st.cancel = context.WithCancel(c.streamBase)
+	ctx, st.cancel = context.WithCancelCause(c.streamBase)
 	st.ctx = ctxhook.With(ctx, &st.hook)
-	st.hook.Init(st.ctx)
+	// The handler may cancel its stream's context (the proxy's idle
+	// timeout does) only while it runs: the stream is reused after.
+	st.hook.Init(st.ctx, st.cancelFn)
 	return st
 }
 
@@ -93,7 +102,7 @@ func newStream(c *conn, id uint32) *stream {
 // forgot it.
 func (st *stream) free() {
 	if st.cancel != nil {
-		st.cancel()
+		st.cancel(nil)
 	}
 	clear(st.resHdr)
 	buf, wbuf, keys := st.buf, st.wbuf, st.trailerKeys
@@ -102,7 +111,7 @@ func (st *stream) free() {
 	}
 	clear(keys)
 	clear(st.trailers)
-	*st = stream{gen: st.gen + 1, resHdr: st.resHdr, run: st.run, buf: buf[:0], wbuf: wbuf[:0], trailerKeys: keys[:0]}
+	*st = stream{gen: st.gen + 1, resHdr: st.resHdr, run: st.run, cancelFn: st.cancelFn, buf: buf[:0], wbuf: wbuf[:0], trailerKeys: keys[:0]}
 	streamPool.Put(st)
 }
 

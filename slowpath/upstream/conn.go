@@ -162,7 +162,7 @@ func (c *conn) abort(err error) error {
 
 // roundTrip does one exchange on c. The connection is given back or closed
 // when the response body ends, at once if there is none, or on error.
-func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, body io.ReadCloser) (*http.Response, error) {
+func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, body io.ReadCloser, got1xx Got1xx) (*http.Response, error) {
 	t := c.p.t
 	c.written, c.read = 0, 0
 	c.watch(ctx)
@@ -256,8 +256,13 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, bo
 		if n1xx >= max1xx {
 			return nil, c.abort(fmt.Errorf("response from %s: more than %d informational responses: %w", c.p.addr, max1xx, ErrMalformedResponse))
 		}
-		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
-			if err := trace.Got1xxResponse(h.code, textproto.MIMEHeader(h.header)); err != nil {
+		if got1xx == nil {
+			if trace := httptrace.ContextClientTrace(ctx); trace != nil {
+				got1xx = trace.Got1xxResponse
+			}
+		}
+		if got1xx != nil {
+			if err := got1xx(h.code, textproto.MIMEHeader(h.header)); err != nil {
 				return nil, c.abort(err)
 			}
 		}

@@ -113,7 +113,7 @@ func testCancellation(t *testing.T, raw string, inBody, hooked bool, errCause er
 	if hooked {
 		var slot ctxhook.Slot
 		ctx = ctxhook.With(ctx, &slot)
-		slot.Init(ctx)
+		slot.Init(ctx, nil)
 		plain := cancel
 		cancel = func(cause error) { plain(cause); slot.Fire() }
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -88,11 +89,25 @@ type Transport struct {
 
 var _ http.RoundTripper = (*Transport)(nil)
 
+// Got1xx receives an informational (1xx) response head before the final
+// one, as httptrace.ClientTrace.Got1xxResponse does; an error ends the
+// exchange with it.
+type Got1xx func(code int, header textproto.MIMEHeader) error
+
 // RoundTrip sends req on a pooled or new connection to req.URL.Host and
 // returns the response head; the body streams from the connection. As
 // http.RoundTripper requires, req is not modified and req.Body is always
 // closed. Closing the response body before its end closes the connection.
+// Informational responses go to the Got1xxResponse of an
+// httptrace.ClientTrace in req's context, if there is one.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.RoundTripGot1xx(req, nil)
+}
+
+// RoundTripGot1xx is RoundTrip with got1xx (if not nil) receiving the
+// informational responses instead of a trace in req's context, which
+// would cost its caller a context and a copy of the request.
+func (t *Transport) RoundTripGot1xx(req *http.Request, got1xx Got1xx) (*http.Response, error) {
 	body := req.Body
 	if body == http.NoBody {
 		body = nil
@@ -122,7 +137,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(body)
 			return nil, err
 		}
-		resp, err := c.roundTrip(ctx, req, host, body)
+		resp, err := c.roundTrip(ctx, req, host, body, got1xx)
 		if err == nil {
 			closeBody(body) // written, or not wanted by the server
 			return resp, nil

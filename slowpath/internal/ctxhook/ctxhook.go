@@ -5,6 +5,10 @@
 // 3 % of the agent's CPU under small HTTP/1.1 requests. A server that
 // cancels its contexts itself (the HTTP/1.x server's connection contexts)
 // puts a Hook in them; a context without one falls back to AfterFunc.
+//
+// A Slot may also hold its owner's function that cancels the context with
+// a cause (CancelFunc): the proxy ends a request idle for too long through
+// it instead of deriving a cancelable context per request.
 package ctxhook
 
 import (
@@ -41,12 +45,28 @@ func Of(ctx context.Context) (Hook, bool) {
 	return h, true
 }
 
+// CancelFunc returns the function that cancels ctx with a cause (and
+// runs what its hook watches), if ctx ends with a Slot whose owner gave
+// one: ctx is then the slot's context or carries only values more.
+func CancelFunc(ctx context.Context) (func(cause error), bool) {
+	h, ok := Of(ctx)
+	if !ok {
+		return nil, false
+	}
+	s, ok := h.(*Slot)
+	if !ok || s.cancel == nil {
+		return nil, false
+	}
+	return s.cancel, true
+}
+
 // Slot implements Hook for a context its owner cancels, calling Fire
 // after each cancel.
 type Slot struct {
-	ctx   context.Context
-	state atomic.Int32 // slotIdle, slotArmed, slotFired
-	fn    func()
+	ctx    context.Context
+	cancel func(cause error)
+	state  atomic.Int32 // slotIdle, slotArmed, slotFired
+	fn     func()
 }
 
 const (
@@ -56,9 +76,11 @@ const (
 )
 
 // Init sets the context the slot belongs to, readying a slot used before
-// (for a context that ended) for a new one.
-func (s *Slot) Init(ctx context.Context) {
-	s.ctx, s.fn = ctx, nil
+// (for a context that ended) for a new one. cancel, if not nil, cancels
+// ctx with a cause and then calls Fire; CancelFunc hands it out, so it
+// must not be called once the owner reuses the slot.
+func (s *Slot) Init(ctx context.Context, cancel func(cause error)) {
+	s.ctx, s.cancel, s.fn = ctx, cancel, nil
 	s.state.Store(slotIdle)
 }
 

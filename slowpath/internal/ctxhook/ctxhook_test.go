@@ -2,6 +2,7 @@ package ctxhook
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +21,7 @@ func newOwned() *owned {
 	o := new(owned)
 	ctx, cancel := context.WithCancel(context.Background())
 	o.ctx = With(ctx, &o.slot)
-	o.slot.Init(o.ctx)
+	o.slot.Init(o.ctx, nil)
 	o.cancel = func() { cancel(); o.slot.Fire() }
 	return o
 }
@@ -79,7 +80,7 @@ func TestSlot(t *testing.T) {
 func TestCanceledBeforeFire(t *testing.T) {
 	var s Slot
 	ctx, cancel := context.WithCancel(context.Background())
-	s.Init(ctx)
+	s.Init(ctx, nil)
 	cancel()
 	var ran atomic.Int32
 	s.Watch(func() { ran.Add(1) })
@@ -129,4 +130,39 @@ func TestRace(t *testing.T) {
 		}
 		waitRan(t, &ran, 1)
 	}
+}
+
+// TestCancelFunc: the owner's cancel function is found through the slot's
+// context and contexts that only add values, cancels with the cause and
+// runs the watch; a slot without one, or a context that can end on its
+// own, gives none.
+func TestCancelFunc(t *testing.T) {
+	var s Slot
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx = With(ctx, &s)
+	s.Init(ctx, func(cause error) { cancel(cause); s.Fire() })
+	type k struct{}
+	if _, ok := CancelFunc(context.WithValue(context.Background(), k{}, 1)); ok {
+		t.Fatal("CancelFunc found one in a context without a slot")
+	}
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	if _, ok := CancelFunc(child); ok {
+		t.Fatal("CancelFunc returned the slot's for a context that can end on its own")
+	}
+	if _, ok := CancelFunc(newOwned().ctx); ok {
+		t.Fatal("CancelFunc returned one for a slot initialised without")
+	}
+	f, ok := CancelFunc(context.WithValue(ctx, k{}, 1))
+	if !ok {
+		t.Fatal("CancelFunc does not find the owner's function through a context that only adds a value")
+	}
+	var ran atomic.Int32
+	s.Watch(func() { ran.Add(1) })
+	errIdle := errors.New("idle")
+	f(errIdle)
+	if got := context.Cause(ctx); got != errIdle {
+		t.Fatalf("cause after the cancel = %v, want %v", got, errIdle)
+	}
+	waitRan(t, &ran, 1)
 }
