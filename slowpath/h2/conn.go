@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ type conn struct {
 	nc     net.Conn
 	br     *bufio.Reader
 	fr     *http2.Framer // reads: reader goroutine only; writes: under mu
+	hd     headerDecoder // reader goroutine only
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// streamBase is the parent of the streams' contexts: ctx's values
@@ -120,8 +122,9 @@ func newConn(s *Server, nc net.Conn, o ConnOptions) *conn {
 	c.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(&c.out, c.br)
 	c.fr.SetMaxReadFrameSize(maxFrameSize)
-	c.fr.MaxHeaderListSize = s.maxHeaderBytes()
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	// Header blocks are read and decoded by readHeaderBlock, not the
+	// Framer (ReadMetaHeaders stays nil): see headers.go.
+	c.hd.init(s.maxHeaderBytes())
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
 }
@@ -219,6 +222,29 @@ func (c *conn) run() error {
 			}
 			return c.readError(fh, err)
 		}
+		if first && fh.Type != http2.FrameSettings {
+			// §3.4: the preface's SETTINGS frame comes first.
+			return connError{http2.ErrCodeProtocol, "first frame is not SETTINGS"}
+		}
+		if fh.Type == http2.FrameHeaders {
+			// Decoded without the lock: the block's CONTINUATIONs
+			// may still be on their way.
+			if err := c.readHeaderBlock(fh); err != nil {
+				return err
+			}
+			c.mu.Lock()
+			err = c.onHeaders(&c.hd.blk)
+			c.out.kick()
+			done := c.closed
+			c.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			if done {
+				return c.drain()
+			}
+			continue
+		}
 		f, err := c.fr.ReadFrameForHeader(fh)
 		if err != nil {
 			if err := c.readError(fh, err); err != nil {
@@ -228,7 +254,6 @@ func (c *conn) run() error {
 			continue
 		}
 		if first {
-			// §3.4: the preface's SETTINGS frame comes first.
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
 				return connError{http2.ErrCodeProtocol, "first frame is not SETTINGS"}
 			}
@@ -252,12 +277,16 @@ func (c *conn) run() error {
 			return err
 		}
 		if done {
-			// Drain until the client closes or the linger deadline
-			// closeLocked set passes; frames are no longer processed.
-			_, _ = io.Copy(io.Discard, c.br)
-			return c.closeErr
+			return c.drain()
 		}
 	}
+}
+
+// drain reads until the client closes or the linger deadline closeLocked
+// set passes; frames are no longer processed.
+func (c *conn) drain() error {
+	_, _ = io.Copy(io.Discard, c.br)
+	return c.closeErr
 }
 
 // readError turns a Framer error into the connection's answer: nil after a
@@ -268,24 +297,9 @@ func (c *conn) readError(fh http2.FrameHeader, err error) error {
 	var ce http2.ConnectionError
 	switch {
 	case errors.As(err, &se):
+		// HEADERS never get here: readHeaderBlock reads them.
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if fh.Type == http2.FrameHeaders && se.StreamID%2 == 0 {
-			return connError{http2.ErrCodeProtocol, "HEADERS on an even stream"}
-		}
-		if fh.Type == http2.FrameHeaders {
-			// A malformed request opened (and closed) its stream.
-			if st := c.streams[se.StreamID]; st != nil {
-				return c.streamErrorLocked(st.id, se.Code)
-			}
-			if se.StreamID <= c.maxClientID {
-				if c.wasResetLocked(se.StreamID) {
-					return nil
-				}
-				return connError{http2.ErrCodeProtocol, "HEADERS on a closed stream"}
-			}
-			c.maxClientID = se.StreamID
-		}
 		err := c.streamErrorLocked(se.StreamID, se.Code)
 		c.out.kick()
 		return err
@@ -312,8 +326,6 @@ func (c *conn) processLocked(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.DataFrame:
 		return c.onData(f)
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
 	case *http2.PriorityFrame:
 		if f.StreamDep == f.StreamID {
 			return c.streamErrorLocked(f.StreamID, http2.ErrCodeProtocol)
@@ -401,16 +413,21 @@ func (c *conn) endRemoteLocked(st *stream) {
 	}
 }
 
-func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+// onHeaders applies a decoded header block: a request, or trailers.
+func (c *conn) onHeaders(b *headerBlock) error {
+	id := b.streamID
 	if id%2 == 0 {
 		return connError{http2.ErrCodeProtocol, "HEADERS on an even stream"}
 	}
 	if st := c.streams[id]; st != nil {
+		if b.invalid != nil {
+			c.srv.logger().Debug("h2: malformed trailers", "remote", c.remoteAddr, "stream", id, "err", b.invalid)
+			return c.streamErrorLocked(id, http2.ErrCodeProtocol)
+		}
 		if st.remoteDone {
 			return c.streamErrorLocked(id, http2.ErrCodeStreamClosed)
 		}
-		return c.onTrailers(st, f)
+		return c.onTrailers(st, b)
 	}
 	if id <= c.maxClientID {
 		if c.wasResetLocked(id) {
@@ -420,7 +437,12 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return connError{http2.ErrCodeProtocol, "HEADERS on a closed stream"}
 	}
 	c.maxClientID = id
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if b.invalid != nil {
+		// A malformed request opened (and closed) its stream.
+		c.srv.logger().Debug("h2: malformed request", "remote", c.remoteAddr, "stream", id, "err", b.invalid)
+		return c.writeRSTLocked(id, http2.ErrCodeProtocol)
+	}
+	if b.hasPriority && b.streamDep == id {
 		return c.streamErrorLocked(id, http2.ErrCodeProtocol)
 	}
 	if c.goAwaySent && id > c.goAwayID {
@@ -428,8 +450,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		// retries them elsewhere.
 		return nil
 	}
-	if f.Truncated {
-		return c.writeTooLargeLocked(id, f.StreamEnded())
+	if b.truncated {
+		return c.writeTooLargeLocked(id, b.endStream)
 	}
 	if c.closed || uint32(c.active) >= c.maxStreams {
 		if !c.chargeResetLocked() {
@@ -438,11 +460,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return c.writeRSTLocked(id, http2.ErrCodeRefusedStream)
 	}
 	st := newStream(c, id)
-	if err := st.buildRequest(f); err != nil {
+	if err := st.buildRequest(b.fields, b.endStream); err != nil {
 		st.free()
 		return c.writeRSTLocked(id, http2.ErrCodeProtocol)
 	}
-	c.startStreamLocked(st, f.StreamEnded())
+	c.startStreamLocked(st, b.endStream)
 	return nil
 }
 
@@ -477,8 +499,11 @@ func (c *conn) writeTooLargeLocked(id uint32, ended bool) error {
 	return nil
 }
 
-func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) error {
-	if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+// onTrailers applies the trailers b of open stream st: they end it.
+func (c *conn) onTrailers(st *stream, b *headerBlock) error {
+	// Pseudo-header fields come first, if any; a truncated list is not
+	// passed on in part (431 is no answer once the request is running).
+	if !b.endStream || b.truncated || len(b.fields) > 0 && strings.HasPrefix(b.fields[0].Name, ":") {
 		return c.streamErrorLocked(st.id, http2.ErrCodeProtocol)
 	}
 	if st.declared >= 0 && st.received != st.declared {
@@ -486,7 +511,7 @@ func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) error {
 	}
 	// The handler sees them when its body read returns EOF (moveTrailers),
 	// not before: its goroutine owns req.Trailer.
-	for _, hf := range f.RegularFields() {
+	for _, hf := range b.fields {
 		key := canonicalKey(hf.Name)
 		if !validTrailer(key) {
 			return c.streamErrorLocked(st.id, http2.ErrCodeProtocol)

@@ -41,6 +41,21 @@ func FuzzConn(f *testing.F) {
 		_ = fr.WriteRSTStream(3, http2.ErrCodeCancel)
 		_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 	}))
+	f.Add(seed(func(fr *http2.Framer, enc *hpack.Encoder, hb *writeRecorder) {
+		// A padded HEADERS with a priority, its block split over
+		// CONTINUATIONs (one empty), then trailers.
+		for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "f"}, {":path", "/c"}, {"x-a", "b"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+		}
+		b := hb.b
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b[:3], PadLength: 2, Priority: http2.PriorityParam{Weight: 7}})
+		_ = fr.WriteContinuation(1, false, b[3:5])
+		_ = fr.WriteContinuation(1, false, nil)
+		_ = fr.WriteContinuation(1, true, b[5:])
+		hb.b = nil
+		_ = enc.WriteField(hpack.HeaderField{Name: "x-t", Value: "1"})
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.b, EndStream: true, EndHeaders: true})
+	}))
 	srv := &Server{Handler: http.HandlerFunc(echoHandler), IdleTimeout: time.Second}
 	f.Fuzz(func(t *testing.T, frames []byte) {
 		client, server := net.Pipe()

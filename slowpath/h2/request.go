@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
-	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // Malformed requests (RFC 9113 §8.1.1) are reset with PROTOCOL_ERROR;
@@ -36,12 +36,16 @@ type requestFields struct {
 }
 
 // parseRequest checks a request header block against RFC 9113 §8.3.1 and
-// §8.2.2 and collects its fields. endStream says the HEADERS frame ended
-// the stream.
-func parseRequest(f *http2.MetaHeadersFrame, endStream bool) (requestFields, error) {
+// §8.2.2 and collects its fields. fields come from headerDecoder, which
+// checked names, values and the pseudo-header fields' order, names and
+// uniqueness. endStream says the HEADERS frame ended the stream.
+func parseRequest(fields []hpack.HeaderField, endStream bool) (requestFields, error) {
 	var rf requestFields
 	rf.contentLength = -1
-	for _, hf := range f.PseudoFields() {
+	hasPath := false
+	n := 0 // pseudo-header fields, which come first
+	for ; n < len(fields) && strings.HasPrefix(fields[n].Name, ":"); n++ {
+		hf := fields[n]
 		switch hf.Name {
 		case ":method":
 			rf.method = hf.Value
@@ -50,7 +54,7 @@ func parseRequest(f *http2.MetaHeadersFrame, endStream bool) (requestFields, err
 		case ":authority":
 			rf.authority = hf.Value
 		case ":path":
-			rf.path = hf.Value
+			rf.path, hasPath = hf.Value, true
 		case ":protocol":
 			return rf, errProtocolPseudo
 		}
@@ -67,7 +71,7 @@ func parseRequest(f *http2.MetaHeadersFrame, endStream bool) (requestFields, err
 		return rf, errMissingPseudo
 	case rf.path == "":
 		// Present but empty, or absent: both malformed (§8.3.1).
-		if hasPseudo(f, ":path") {
+		if hasPath {
 			return rf, errEmptyPath
 		}
 		return rf, errMissingPseudo
@@ -80,7 +84,7 @@ func parseRequest(f *http2.MetaHeadersFrame, endStream bool) (requestFields, err
 	if rf.authority != "" && !httpguts.ValidHostHeader(rf.authority) {
 		return rf, errInvalidAuthority
 	}
-	regular := f.RegularFields()
+	regular := fields[n:]
 	rf.header = make(http.Header, len(regular))
 	// One backing array for the values of all fields: a field seen once
 	// (nearly all) costs no allocation of its own.
@@ -125,15 +129,6 @@ func parseRequest(f *http2.MetaHeadersFrame, endStream bool) (requestFields, err
 	return rf, nil
 }
 
-func hasPseudo(f *http2.MetaHeadersFrame, name string) bool {
-	for _, hf := range f.PseudoFields() {
-		if hf.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
 func validMethod(m string) bool {
 	for i := 0; i < len(m); i++ {
 		if !httpguts.IsTokenRune(rune(m[i])) {
@@ -143,10 +138,10 @@ func validMethod(m string) bool {
 	return m != ""
 }
 
-// buildRequest turns a validated HEADERS frame into st's request.
-func (st *stream) buildRequest(f *http2.MetaHeadersFrame) error {
-	end := f.StreamEnded()
-	rf, err := parseRequest(f, end)
+// buildRequest turns a decoded request header block into st's request;
+// end says its HEADERS frame ended the stream.
+func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
+	rf, err := parseRequest(fields, end)
 	if err != nil {
 		return err
 	}

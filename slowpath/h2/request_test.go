@@ -6,14 +6,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
-func fields(kv ...string) *http2.MetaHeadersFrame {
-	f := &http2.MetaHeadersFrame{}
+func fields(kv ...string) []hpack.HeaderField {
+	var f []hpack.HeaderField
 	for i := 0; i+1 < len(kv); i += 2 {
-		f.Fields = append(f.Fields, hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
+		f = append(f, hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
 	}
 	return f
 }
