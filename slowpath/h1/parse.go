@@ -124,14 +124,8 @@ func (c *conn) parseTarget(r *http.Request) *httpError {
 		u.Host = target
 		r.Host = target
 		return nil
-	case target[0] == '/' && strings.IndexByte(target, '%') < 0 && strings.IndexByte(target, '#') < 0:
-		// origin-form without escapes, as nearly every request: what
-		// url.ParseRequestURI makes of it, without allocating.
-		path, query, _ := strings.Cut(target, "?")
-		u.Path, u.RawQuery = path, query
-		if u.RawQuery == "" && strings.HasSuffix(target, "?") {
-			u.ForceQuery = true
-		}
+	case httphead.ParseOriginForm(u, target):
+		// origin-form needing no escapes, as nearly every request's.
 		return nil
 	}
 	pu, err := url.ParseRequestURI(target)

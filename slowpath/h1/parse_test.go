@@ -204,6 +204,16 @@ func parseCases() []parseCase {
 			}),
 			keep: true,
 		},
+		{
+			// A sub-delimiter url would escape: RawPath keeps it as sent,
+			// so the request goes upstream as "/a!b", not "/a%21b".
+			name: "path with characters url escapes",
+			raw:  get("/a!b*(c)", ""),
+			want: with(getSeen("/a!b*(c)"), func(s *seen) {
+				s.Path, s.RawPath = "/a!b*(c)", "/a!b*(c)"
+			}),
+			keep: true,
+		},
 		{name: "bad percent escape", raw: get("/a%zz", ""), status: 400},
 		{name: "control character in target", raw: get("/a\x01b", ""), status: 400},
 		{name: "DEL in target", raw: get("/a\x7f", ""), status: 400},
