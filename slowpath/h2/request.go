@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // Malformed requests (RFC 9113 §8.1.1) are reset with PROTOCOL_ERROR;
@@ -160,15 +162,22 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		RemoteAddr: c.remoteAddr,
 		TLS:        c.tls,
 	}
+	// The request and its URL live in the pooled stream: the handler
+	// must not keep them once it returned, as for the HTTP/1.x server,
+	// which reuses its connection's.
+	u := &st.url
+	tmpl.URL = u
 	if rf.method == http.MethodConnect {
-		tmpl.URL = &url.URL{Host: rf.authority}
+		*u = url.URL{Host: rf.authority}
 		tmpl.RequestURI = rf.authority
 	} else {
-		u, err := url.ParseRequestURI(rf.path)
-		if err != nil {
-			return fmt.Errorf("parse :path: %w", err)
+		if !httphead.ParseOriginForm(u, rf.path) {
+			pu, err := url.ParseRequestURI(rf.path)
+			if err != nil {
+				return fmt.Errorf("parse :path: %w", err)
+			}
+			*u = *pu
 		}
-		tmpl.URL = u
 		tmpl.RequestURI = rf.path
 	}
 	for _, v := range rf.header["Trailer"] {
@@ -198,7 +207,9 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		}
 	}
 	st.head = rf.method == http.MethodHead
-	st.req = tmpl.WithContext(st.ctx)
+	// WithContext is inlined: its copy does not escape, only st.reqv.
+	st.reqv = *tmpl.WithContext(st.ctx)
+	st.req = &st.reqv
 	return nil
 }
 
