@@ -157,9 +157,21 @@ func addEndToEnd(dst, src http.Header) {
 	}
 	for _, t := range src["Connection"] {
 		for f := range strings.SplitSeq(t, ",") {
-			delete(dst, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
+			delete(dst, connectionOption(strings.TrimSpace(f)))
 		}
 	}
+}
+
+// connectionOption is the canonical field name of a Connection option;
+// the options nearly every response carries cost no allocation (canonical
+// keys of lower-case input are made anew).
+func connectionOption(f string) string {
+	for _, o := range [...]string{"Keep-Alive", "Close", "Upgrade"} {
+		if strings.EqualFold(f, o) {
+			return o
+		}
+	}
+	return textproto.CanonicalMIMEHeaderKey(f)
 }
 
 // hopByHop: the fields RFC 9110 §7.6.1 says a proxy must not forward

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"reflect"
 	"testing"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
@@ -82,5 +83,29 @@ func TestDirectForwarding(t *testing.T) {
 	}
 	if got := resp.Trailer.Get("X-Checksum"); got != "abc" {
 		t.Errorf("trailer X-Checksum %q, want abc (trailers %v)", got, resp.Trailer)
+	}
+}
+
+// TestAddEndToEnd: hop-by-hop fields and the fields the Connection header
+// names (in any case) stay behind; the usual options cost no allocation.
+func TestAddEndToEnd(t *testing.T) {
+	src := http.Header{
+		"Connection":   {"keep-alive, X-Private", "CLOSE"},
+		"Keep-Alive":   {"timeout=5"},
+		"X-Private":    {"secret"},
+		"Close":        {"odd but named"},
+		"Content-Type": {"text/plain"},
+		"Upgrade":      {"h2c"},
+	}
+	dst := http.Header{"X-Private": {"set before"}, "Server": {"novaedge"}}
+	addEndToEnd(dst, src)
+	want := http.Header{"Content-Type": {"text/plain"}, "Server": {"novaedge"}}
+	if !reflect.DeepEqual(dst, want) {
+		t.Fatalf("got %v, want %v", dst, want)
+	}
+	common := http.Header{"Connection": {"keep-alive"}, "Content-Length": {"5"}}
+	out := make(http.Header, 4)
+	if n := testing.AllocsPerRun(100, func() { clear(out); addEndToEnd(out, common) }); n != 0 {
+		t.Errorf("addEndToEnd with Connection: keep-alive made %v allocations, want 0", n)
 	}
 }
