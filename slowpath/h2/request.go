@@ -162,10 +162,10 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		RemoteAddr: c.remoteAddr,
 		TLS:        c.tls,
 	}
-	// The request and its URL live in the pooled stream: the handler
-	// must not keep them once it returned, as for the HTTP/1.x server,
-	// which reuses its connection's.
-	u := &st.url
+	// The request and its URL are the handler's to keep: some (grpc-go's
+	// ServeHTTP) still read them after returning, so they are not pooled
+	// with the stream.
+	u := new(url.URL)
 	tmpl.URL = u
 	if rf.method == http.MethodConnect {
 		*u = url.URL{Host: rf.authority}
@@ -207,9 +207,7 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		}
 	}
 	st.head = rf.method == http.MethodHead
-	// WithContext is inlined: its copy does not escape, only st.reqv.
-	st.reqv = *tmpl.WithContext(st.ctx)
-	st.req = &st.reqv
+	st.req = tmpl.WithContext(st.ctx)
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime"
 	"sync"
@@ -34,12 +33,9 @@ type stream struct {
 	// (ctxhook.CancelFunc); bound once per pooled stream.
 	cancelFn func(cause error)
 	req      *http.Request
-	// reqv and url hold req and its URL (see buildRequest).
-	reqv   http.Request
-	url    url.URL
-	body   *requestBody
-	run    func() // runHandler, bound once per pooled stream
-	resHdr http.Header
+	body     *requestBody
+	run      func() // runHandler, bound once per pooled stream
+	resHdr   http.Header
 
 	// The response's state, owned by the handler's goroutine.
 	status      int
