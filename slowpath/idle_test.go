@@ -98,7 +98,7 @@ func TestH2StreamIdleTimeout(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "first")
-		http.NewResponseController(w).Flush()
+		_ = http.NewResponseController(w).Flush()
 		select {
 		case <-r.Context().Done():
 			canceled <- struct{}{}

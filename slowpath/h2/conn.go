@@ -233,15 +233,8 @@ func (c *conn) run() error {
 				return err
 			}
 			c.mu.Lock()
-			err = c.onHeaders(&c.hd.blk)
-			c.out.kick()
-			done := c.closed
-			c.mu.Unlock()
-			if err != nil {
+			if stop, err := c.unlockAfterFrame(c.onHeaders(&c.hd.blk)); stop {
 				return err
-			}
-			if done {
-				return c.drain()
 			}
 			continue
 		}
@@ -269,17 +262,27 @@ func (c *conn) run() error {
 			c.mu.Unlock()
 		}
 		c.mu.Lock()
-		err = c.processLocked(f)
-		c.out.kick()
-		done := c.closed
-		c.mu.Unlock()
-		if err != nil {
+		if stop, err := c.unlockAfterFrame(c.processLocked(f)); stop {
 			return err
 		}
-		if done {
-			return c.drain()
-		}
 	}
+}
+
+// unlockAfterFrame ends the processing of a frame, whose error is err:
+// it starts writing what the frame produced and unlocks c.mu. stop says
+// the connection ends, with the error to return (read on to the client's
+// close if the frame closed it).
+func (c *conn) unlockAfterFrame(err error) (stop bool, _ error) {
+	c.out.kick()
+	done := c.closed
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		return true, err
+	case done:
+		return true, c.drain()
+	}
+	return false, nil
 }
 
 // drain reads until the client closes or the linger deadline closeLocked

@@ -161,7 +161,7 @@ func TestCancelFunc(t *testing.T) {
 	s.Watch(func() { ran.Add(1) })
 	errIdle := errors.New("idle")
 	f(errIdle)
-	if got := context.Cause(ctx); got != errIdle {
+	if got := context.Cause(ctx); !errors.Is(got, errIdle) {
 		t.Fatalf("cause after the cancel = %v, want %v", got, errIdle)
 	}
 	waitRan(t, &ran, 1)
