@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/novaedge/novaedge/slowpath/internal/grpcecho"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -22,7 +24,7 @@ import (
 // testService implements the four kinds of gRPC calls of grpc-go's
 // interop TestService.
 type testService struct {
-	testpb.UnimplementedTestServiceServer
+	grpcecho.Duplex // FullDuplexCall
 }
 
 func (testService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
@@ -54,21 +56,6 @@ func (testService) StreamingInputCall(s grpc.ClientStreamingServer[testpb.Stream
 			return err
 		}
 		total += len(req.GetPayload().GetBody())
-	}
-}
-
-func (testService) FullDuplexCall(s grpc.BidiStreamingServer[testpb.StreamingOutputCallRequest, testpb.StreamingOutputCallResponse]) error {
-	for {
-		req, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := s.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
-			return err
-		}
 	}
 }
 

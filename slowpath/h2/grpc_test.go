@@ -14,28 +14,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/novaedge/novaedge/slowpath/internal/grpcecho"
 	"google.golang.org/grpc/status"
 )
-
-// echoService answers FullDuplexCall by echoing every request's payload.
-type echoService struct {
-	testpb.UnimplementedTestServiceServer
-}
-
-func (echoService) FullDuplexCall(s grpc.BidiStreamingServer[testpb.StreamingOutputCallRequest, testpb.StreamingOutputCallResponse]) error {
-	for {
-		req, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := s.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
-			return err
-		}
-	}
-}
 
 // TestGRPC mounts grpc-go's server as the Handler (its ServeHTTP) and
 // drives it with grpc-go's client: unary health checks (including an
@@ -46,7 +28,7 @@ func TestGRPC(t *testing.T) {
 		gs := grpc.NewServer()
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(gs, hs)
-		testpb.RegisterTestServiceServer(gs, echoService{})
+		testpb.RegisterTestServiceServer(gs, grpcecho.Duplex{})
 		hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
 		ts := startServer(t, useTLS, gs, nil)
 		creds := insecure.NewCredentials()
