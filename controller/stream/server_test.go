@@ -86,6 +86,18 @@ func newEnv(t *testing.T, opts stream.Options) *env {
 	return e
 }
 
+// wantChanges fails t unless OnAgentChange reports exactly want for node.
+// A status changes under the server's lock and OnAgentChange is called after
+// the lock is released, so the events may trail the status a little: it waits
+// for as many events as wanted, then compares.
+func (e *env) wantChanges(t *testing.T, node string, want ...stream.Change) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d agent changes for %s", len(want), node), func() bool { return len(e.changes(node)) >= len(want) })
+	if got := e.changes(node); !slices.Equal(got, want) {
+		t.Fatalf("agent changes for %s: %v, want %v", node, got, want)
+	}
+}
+
 func (e *env) changes(node string) []stream.Change {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -339,10 +351,7 @@ func TestSubscribeAndPublish(t *testing.T) {
 	if got := e.metric(t, "novaedge_controller_agents_connected", ""); got != 0 {
 		t.Errorf("connected agents after the disconnect = %v, want 0", got)
 	}
-	want := []stream.Change{stream.Connected, stream.Acked, stream.Acked, stream.Disconnected}
-	if got := e.changes("node-a"); !slices.Equal(got, want) {
-		t.Errorf("OnAgentChange saw %v, want %v", got, want)
-	}
+	e.wantChanges(t, "node-a", stream.Connected, stream.Acked, stream.Acked, stream.Disconnected)
 }
 
 // TestOnSubscribePublishes: the controller can publish from OnSubscribe,
@@ -582,9 +591,7 @@ func TestAnswersForUnsentVersions(t *testing.T) {
 	if !strings.Contains(logs, "ignoring an ACK for a version never sent") || !strings.Contains(logs, "ignoring a NACK for a version never sent") {
 		t.Fatalf("the stray answers were not logged:\n%s", logs)
 	}
-	if want := []stream.Change{stream.Connected, stream.Acked}; !slices.Equal(e.changes("node-a"), want) {
-		t.Fatalf("changes %v, want %v", e.changes("node-a"), want)
-	}
+	e.wantChanges(t, "node-a", stream.Connected, stream.Acked)
 }
 
 // TestInvalidFirstMessage: a stream that does not start with a valid
@@ -678,9 +685,7 @@ func TestKeepaliveEndsDeadStream(t *testing.T) {
 	if st := e.agent(t, "live"); !st.Connected || live.streamErr() != nil {
 		t.Fatalf("the live agent was disconnected: %+v, %v", st, live.streamErr())
 	}
-	if want := []stream.Change{stream.Connected, stream.Disconnected}; !slices.Equal(e.changes("dead"), want) {
-		t.Fatalf("dead agent changes %v, want %v", e.changes("dead"), want)
-	}
+	e.wantChanges(t, "dead", stream.Connected, stream.Disconnected)
 }
 
 // TestServerStopEndsStreams: stopping the gRPC server ends the streams,
