@@ -90,6 +90,12 @@ type exchange struct {
 	outReq    http.Request
 	outHeader http.Header
 	outURL    url.URL
+	// scratch holds the own client's response (and its header map) of
+	// the current try: reused, since the exchange is reused only once the
+	// response body is closed (putExchange).
+	scratch upstream.Scratch
+	// fwdVals backs rewriteOut's values of outHeader.
+	fwdVals [5]string
 }
 
 // getExchange returns a pooled or new exchange of p.
@@ -129,6 +135,8 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.outReq = http.Request{}
 	clear(x.outHeader)
 	x.outURL = url.URL{}
+	x.scratch.Clear()
+	x.fwdVals = [5]string{}
 	p.exchanges.Put(x)
 }
 
@@ -292,7 +300,7 @@ func (x *exchange) rewriteOut(in, out *http.Request) {
 	// backend sees the whole chain with the nearest hop last. The headers
 	// are those of ProxyRequest.SetXForwarded, plus Forwarded (RFC 7239)
 	// and the request ID, their values in one backing array.
-	h, v := out.Header, make([]string, 0, 5)
+	h, v := out.Header, x.fwdVals[:0]
 	set := func(key, val string) {
 		v = append(v, val)
 		h[key] = v[len(v)-1 : len(v) : len(v)]
@@ -469,7 +477,7 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t, own := be.transport.(*upstream.Transport); own && x.w != nil {
 			// serveDirect's request: 1xx responses go to the client
 			// without a trace in the request's context.
-			resp, err = t.RoundTripGot1xx(out, x.trace.Got1xxResponse)
+			resp, err = t.RoundTripScratch(out, x.trace.Got1xxResponse, &x.scratch)
 		} else {
 			resp, err = be.transport.RoundTrip(out)
 		}

@@ -177,3 +177,35 @@ func TestIdleWatchStop(t *testing.T) {
 	close(release)
 	<-stopped
 }
+
+// TestSweptIdleWatchNeverEarly: a swept watch learns of activity only at
+// the next sweep, so it may end late, but never before d has passed since
+// the last activity, however the touches fall between sweeps.
+func TestSweptIdleWatchNeverEarly(t *testing.T) {
+	from, every := idleSweepFrom, idleSweepEvery
+	idleSweepFrom, idleSweepEvery = 0, 7*time.Millisecond
+	t.Cleanup(func() { idleSweepFrom, idleSweepEvery = from, every })
+
+	const d = 60 * time.Millisecond
+	for _, touches := range []int{0, 1, 5} {
+		fired := make(chan time.Time, 1)
+		start := time.Now()
+		w := newIdleWatch(d, func(error) { fired <- time.Now() })
+		last := start
+		for i := range touches {
+			time.Sleep(time.Duration(3+i*11) * time.Millisecond % d)
+			last = time.Now()
+			w.touch()
+		}
+		var at time.Time
+		select {
+		case at = <-fired:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d touches: the watch never fired", touches)
+		}
+		if idle := at.Sub(last); idle < d {
+			t.Errorf("%d touches: fired %v after the last activity, before its timeout %v", touches, idle, d)
+		}
+		w.stop()
+	}
+}

@@ -22,13 +22,20 @@ type response struct {
 // response builds the response of head h and sets up its body; with no
 // body the connection goes back to the pool at once. mustClose: the
 // connection cannot carry another request whatever the server says.
-func (c *conn) response(ctx context.Context, req *http.Request, method string, h head, mustClose bool) (*http.Response, error) {
+// s (nil: none) is where the response is built.
+func (c *conn) response(ctx context.Context, req *http.Request, method string, h head, mustClose bool, s *Scratch) (*http.Response, error) {
 	hdr := h.header
 	closing := mustClose || req.Close || httpguts.HeaderValuesContainsToken(hdr["Connection"], "close")
 	if h.minor == 0 && !httpguts.HeaderValuesContainsToken(hdr["Connection"], "keep-alive") {
 		closing = true // HTTP/1.0 closes unless told otherwise
 	}
-	r := &response{}
+	var r *response
+	if s != nil {
+		r = &s.r
+		*r = response{}
+	} else {
+		r = &response{}
+	}
 	resp := &r.resp
 	resp.Status = h.status
 	resp.StatusCode = h.code

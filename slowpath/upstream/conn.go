@@ -162,7 +162,8 @@ func (c *conn) abort(err error) error {
 
 // roundTrip does one exchange on c. The connection is given back or closed
 // when the response body ends, at once if there is none, or on error.
-func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, body io.ReadCloser, got1xx Got1xx) (*http.Response, error) {
+// s (nil: none) is where the response is built (see Scratch).
+func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, body io.ReadCloser, got1xx Got1xx, s *Scratch) (*http.Response, error) {
 	t := c.p.t
 	c.written, c.read = 0, 0
 	c.watch(ctx)
@@ -241,7 +242,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, bo
 		if err := setDeadline(headBy); err != nil {
 			return nil, err
 		}
-		h, err := c.readHead()
+		h, err := c.readHead(s)
 		if err != nil {
 			return nil, c.headErr(ctx, err, !headBy.IsZero())
 		}
@@ -251,7 +252,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, bo
 			}
 			// A final answer before the body was sent: the server will
 			// not read it, so the connection cannot carry another request.
-			return c.response(ctx, req, method, h, !bodySent)
+			return c.response(ctx, req, method, h, !bodySent, s)
 		}
 		if n1xx >= max1xx {
 			return nil, c.abort(fmt.Errorf("response from %s: more than %d informational responses: %w", c.p.addr, max1xx, ErrMalformedResponse))
@@ -279,12 +280,19 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, bo
 
 // readHead reads and parses one response head. It does not end the
 // exchange on error (headErr does).
-func (c *conn) readHead() (head, error) {
+func (c *conn) readHead(s *Scratch) (head, error) {
 	block, err := c.readBlock(c.p.t.maxHeaderBytes())
 	if err != nil {
 		return head{}, err
 	}
-	return parseHead(block)
+	if s != nil {
+		h, err := parseHead(block, s.header)
+		if err == nil {
+			s.header = h.header
+		}
+		return h, err
+	}
+	return parseHead(block, nil)
 }
 
 // headErr ends the exchange after readHead failed.
@@ -502,7 +510,7 @@ func (c *conn) earlyResponse(ctx context.Context, req *http.Request, method stri
 		return nil, nil
 	}
 	for range max1xx {
-		h, err := c.readHead()
+		h, err := c.readHead(nil)
 		if err != nil {
 			return nil, nil
 		}
@@ -512,7 +520,7 @@ func (c *conn) earlyResponse(ctx context.Context, req *http.Request, method stri
 		if !c.resetDeadline(ctx) || h.code == http.StatusSwitchingProtocols {
 			return nil, nil
 		}
-		return c.response(ctx, req, method, h, true)
+		return c.response(ctx, req, method, h, true, nil)
 	}
 	return nil, nil
 }

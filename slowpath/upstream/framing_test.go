@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -398,5 +399,88 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	if n := srv.conns.Load(); n != 0 {
 		t.Fatalf("%d connections for invalid requests", n)
+	}
+}
+
+// TestScratch: responses built in one Scratch, one after the other on a
+// kept-alive connection, each have exactly their own fields (none left
+// from the one before, 1xx heads included) in the one reused map, and
+// the values handed out earlier stay as they were.
+func TestScratch(t *testing.T) {
+	answers := []string{
+		lines("HTTP/1.1 200 OK", "Content-Type: text/plain", "X-A: 1", "X-A: 2", "Content-Length: 2", "", "ok"),
+		lines("HTTP/1.1 103 Early Hints", "Link: </a.css>; rel=preload", "", "") +
+			lines("HTTP/1.1 404 Not Found", "X-B: b", "Content-Length: 0", "", ""),
+		lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "Trailer: X-T", "", "3", "abc", "0", "X-T: t", "", ""),
+	}
+	want := []struct {
+		code   int
+		header http.Header
+		body   string
+	}{
+		{200, http.Header{"Content-Type": {"text/plain"}, "X-A": {"1", "2"}, "Content-Length": {"2"}}, "ok"},
+		{404, http.Header{"X-B": {"b"}, "Content-Length": {"0"}}, ""},
+		{200, http.Header{"Transfer-Encoding": {"chunked"}}, "abc"}, // Trailer moves to resp.Trailer
+	}
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for _, a := range answers {
+			if req, _ := readRequest(br); req == nil {
+				return
+			}
+			if _, err := io.WriteString(c, a); err != nil {
+				return
+			}
+		}
+	})
+	tr := &Transport{}
+	var s Scratch
+	var links []string
+	got1xx := func(code int, h textproto.MIMEHeader) error {
+		links = append(links, h.Get("Link"))
+		return nil
+	}
+	var kept []http.Header // copies by reference, as the proxy makes
+	var mapPtr uintptr
+	for i, w := range want {
+		resp, err := tr.RoundTripScratch(newRequest(t, testCtx(t), http.MethodGet, srv.url("/"), nil), got1xx, &s)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != w.code || string(b) != w.body {
+			t.Fatalf("response %d: %d %q %v, want %d %q", i, resp.StatusCode, b, err, w.code, w.body)
+		}
+		if diff := cmp.Diff(w.header, resp.Header); diff != "" {
+			t.Errorf("response %d header (-want +got):\n%s", i, diff)
+		}
+		if p := reflect.ValueOf(resp.Header).Pointer(); i == 0 {
+			mapPtr = p
+		} else if p != mapPtr {
+			t.Errorf("response %d: a new header map, not the scratch's", i)
+		}
+		if i == 2 && resp.Trailer.Get("X-T") != "t" {
+			t.Errorf("response %d: trailer %v", i, resp.Trailer)
+		}
+		shallow := http.Header{}
+		for k, vs := range resp.Header {
+			shallow[k] = vs
+		}
+		kept = append(kept, shallow)
+	}
+	if len(kept) != len(want) {
+		t.Fatalf("%d responses", len(kept))
+	}
+	for i, w := range want {
+		if diff := cmp.Diff(w.header, kept[i]); diff != "" {
+			t.Errorf("values of response %d changed after the scratch was reused (-want +got):\n%s", i, diff)
+		}
+	}
+	if diff := cmp.Diff([]string{"</a.css>; rel=preload"}, links); diff != "" {
+		t.Errorf("1xx heads (-want +got):\n%s", diff)
+	}
+	s.Clear()
+	if len(s.header) != 0 || s.r.resp.Request != nil || s.r.body.c != nil {
+		t.Error("Clear left the last response in the scratch")
 	}
 }

@@ -25,8 +25,9 @@ func (c *conn) readBlock(limit int) ([]byte, error) {
 	return httphead.ReadBlock(c.br, limit, errHeadTooLarge, "response head")
 }
 
-// parseHead parses a status line and header fields.
-func parseHead(block []byte) (head, error) {
+// parseHead parses a status line and header fields, into hdr (cleared
+// first; nil: a new map).
+func parseHead(block []byte, hdr http.Header) (head, error) {
 	var h head
 	e := bytes.IndexByte(block, '\n')
 	line := httphead.TrimCR(block[:e])
@@ -64,7 +65,7 @@ func parseHead(block []byte) (head, error) {
 	}
 	s := string(block) // the one copy: status, keys and values are its substrings
 	h.status = s[statusStart:len(line)]
-	h.header = httphead.BuildHeader(nil, s, block, fields, commonKeys)
+	h.header = httphead.BuildHeader(hdr, s, block, fields, commonKeys)
 	return h, nil
 }
 

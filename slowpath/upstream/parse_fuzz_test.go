@@ -40,7 +40,7 @@ func FuzzParseHead(f *testing.F) {
 			return
 		}
 		block := bytes.Clone(data[:end])
-		h, err := parseHead(block)
+		h, err := parseHead(block, nil)
 		if err != nil {
 			if !errors.Is(err, ErrMalformedResponse) {
 				t.Fatalf("error %v does not wrap ErrMalformedResponse", err)

@@ -108,6 +108,31 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // informational responses instead of a trace in req's context, which
 // would cost its caller a context and a copy of the request.
 func (t *Transport) RoundTripGot1xx(req *http.Request, got1xx Got1xx) (*http.Response, error) {
+	return t.RoundTripScratch(req, got1xx, nil)
+}
+
+// Scratch is room for a response that its owner lends the client, one
+// exchange at a time, so that the response and its header map need no
+// allocation of their own (a map and its growth were a third of the
+// allocations of a proxied request). The zero value is ready to use.
+type Scratch struct {
+	r      response
+	header http.Header
+}
+
+// Clear drops what s refers to from its last response (the connection,
+// the request), so that a kept Scratch holds nothing alive.
+func (s *Scratch) Clear() {
+	s.r = response{}
+	clear(s.header)
+}
+
+// RoundTripScratch is RoundTripGot1xx building the response in s (if not
+// nil). The response, and its Header map, are valid until s is used
+// again: its owner must be done with them, the body closed, by then. The
+// header's values (slices and strings) are not in s and stay valid, so
+// they may be copied into another map by reference.
+func (t *Transport) RoundTripScratch(req *http.Request, got1xx Got1xx, s *Scratch) (*http.Response, error) {
 	body := req.Body
 	if body == http.NoBody {
 		body = nil
@@ -137,7 +162,7 @@ func (t *Transport) RoundTripGot1xx(req *http.Request, got1xx Got1xx) (*http.Res
 			closeBody(body)
 			return nil, err
 		}
-		resp, err := c.roundTrip(ctx, req, host, body, got1xx)
+		resp, err := c.roundTrip(ctx, req, host, body, got1xx, s)
 		if err == nil {
 			closeBody(body) // written, or not wanted by the server
 			return resp, nil
