@@ -373,6 +373,8 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		ReadHeaderTimeout: p.opts.ReadHeaderTimeout,
 		SendTimeout:       p.opts.SendTimeout,
 		Log:               p.log,
+		// The proxy is done with a request's header when it returns.
+		ReuseRequestHeader: true,
 	}
 	hs.h1 = &h1.Server{
 		Handler:           handler,

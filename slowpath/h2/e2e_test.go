@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -403,5 +404,56 @@ func TestHandlersBoundedOnReset(t *testing.T) {
 	}
 	if p := peak.Load(); p > 8 {
 		t.Fatalf("%d handlers ran at once, want at most MaxConcurrentStreams 8", p)
+	}
+}
+
+// TestReuseRequestHeader: with ReuseRequestHeader, requests one after the
+// other on a connection see exactly their own fields, in the map the
+// stream keeps (fewer fields, more, repeated ones, none); without it too.
+func TestReuseRequestHeader(t *testing.T) {
+	reqs := []http.Header{
+		{"X-A": {"1"}, "X-B": {"2"}, "Accept": {"*/*"}},
+		{"X-C": {"3"}},
+		{"X-D": {"4", "5"}, "X-E": {"6"}, "X-F": {"7"}, "X-G": {"8"}, "X-H": {"9"}},
+		{},
+	}
+	for _, reuse := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reuse=%v", reuse), func(t *testing.T) {
+			type seen struct {
+				header http.Header
+				ptr    uintptr
+			}
+			got := make(chan seen, 1)
+			ts := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h := r.Header.Clone()
+				delete(h, "Accept-Encoding") // the client's own
+				delete(h, "User-Agent")
+				got <- seen{h, reflect.ValueOf(r.Header).Pointer()}
+			}), func(s *Server) { s.ReuseRequestHeader = reuse })
+			cl := ts.client(t)
+			ptrs := map[uintptr]bool{}
+			const n = 20 // the race detector's sync.Pool drops some streams
+			for i := range n {
+				want := reqs[i%len(reqs)]
+				req, _ := http.NewRequest(http.MethodGet, ts.url()+"/", nil)
+				req.Header = want.Clone()
+				req.Header.Set("User-Agent", "test")
+				res, err := cl.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = res.Body.Close()
+				s := <-got
+				if !reflect.DeepEqual(s.header, want) {
+					t.Errorf("request %d: handler saw %v, want %v", i, s.header, want)
+				}
+				ptrs[s.ptr] = true
+			}
+			// Sequential requests on one connection: a reused stream (from
+			// the pool) keeps its map.
+			if reuse && len(ptrs) == n {
+				t.Errorf("no header map reused over %d requests", n)
+			}
+		})
 	}
 }

@@ -34,14 +34,19 @@ var (
 type requestFields struct {
 	method, scheme, authority, path string
 	header                          http.Header
-	contentLength                   int64 // -1 when absent
+	values                          []string // the backing array of header's values
+	contentLength                   int64    // -1 when absent
 }
 
 // parseRequest checks a request header block against RFC 9113 §8.3.1 and
 // §8.2.2 and collects its fields. fields come from headerDecoder, which
 // checked names, values and the pseudo-header fields' order, names and
 // uniqueness. endStream says the HEADERS frame ended the stream.
-func parseRequest(fields []hpack.HeaderField, endStream bool) (requestFields, error) {
+//
+// The header goes into hdr (cleared first) and its values into vals'
+// backing array when they are given and vals is large enough; otherwise
+// into new ones.
+func parseRequest(fields []hpack.HeaderField, endStream bool, hdr http.Header, vals []string) (requestFields, error) {
 	var rf requestFields
 	rf.contentLength = -1
 	hasPath := false
@@ -87,10 +92,19 @@ func parseRequest(fields []hpack.HeaderField, endStream bool) (requestFields, er
 		return rf, errInvalidAuthority
 	}
 	regular := fields[n:]
-	rf.header = make(http.Header, len(regular))
+	if hdr != nil {
+		clear(hdr)
+		rf.header = hdr
+	} else {
+		rf.header = make(http.Header, len(regular))
+	}
 	// One backing array for the values of all fields: a field seen once
 	// (nearly all) costs no allocation of its own.
-	values := make([]string, len(regular))
+	if cap(vals) < len(regular) {
+		vals = make([]string, len(regular))
+	}
+	values := vals[:len(regular)]
+	rf.values = values
 	var cookies []string
 	for _, hf := range regular {
 		switch hf.Name {
@@ -143,9 +157,20 @@ func validMethod(m string) bool {
 // buildRequest turns a decoded request header block into st's request;
 // end says its HEADERS frame ended the stream.
 func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
-	rf, err := parseRequest(fields, end)
+	var hdr http.Header
+	var vals []string
+	if st.c.srv.ReuseRequestHeader {
+		if st.reqHdr == nil {
+			st.reqHdr = make(http.Header, 8)
+		}
+		hdr, vals = st.reqHdr, st.reqVals
+	}
+	rf, err := parseRequest(fields, end, hdr, vals)
 	if err != nil {
 		return err
+	}
+	if hdr != nil {
+		st.reqVals = rf.values
 	}
 	c := st.c
 	host := rf.authority

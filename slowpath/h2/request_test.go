@@ -62,7 +62,7 @@ func TestParseRequest(t *testing.T) {
 		{name: "bad authority", kv: []string{":method", "GET", ":scheme", "https", ":authority", "a b", ":path", "/"}, err: errInvalidAuthority},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rf, err := parseRequest(fields(tc.kv...), tc.end)
+			rf, err := parseRequest(fields(tc.kv...), tc.end, nil, nil)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("error %v, want %v", err, tc.err)

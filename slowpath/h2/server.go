@@ -39,6 +39,14 @@ type Server struct {
 	// Log receives handler panics and connection errors worth a look;
 	// nil means slog.Default().
 	Log *slog.Logger
+	// ReuseRequestHeader says the handler uses a request's Header (the
+	// map and its value slices) only until ServeHTTP returns, as the
+	// HTTP/1.1 server requires of every handler: the map and its values'
+	// backing array are then kept with the stream for the next request,
+	// two allocations and the map's growth less per request. The proxy
+	// sets it; a handler that reads the request later (grpc-go's
+	// ServeHTTP reads its context) must not.
+	ReuseRequestHeader bool
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}

@@ -36,6 +36,10 @@ type stream struct {
 	body     *requestBody
 	run      func() // runHandler, bound once per pooled stream
 	resHdr   http.Header
+	// reqHdr and reqVals are the request header's map and values, kept
+	// for the next request (Server.ReuseRequestHeader).
+	reqHdr  http.Header
+	reqVals []string
 
 	// The response's state, owned by the handler's goroutine.
 	status      int
@@ -105,13 +109,18 @@ func (st *stream) free() {
 		st.cancel(nil)
 	}
 	clear(st.resHdr)
+	clear(st.reqHdr)
+	clear(st.reqVals[:cap(st.reqVals)])
+	if cap(st.reqVals) > 64 {
+		st.reqVals = nil // a rare request with many fields
+	}
 	buf, wbuf, keys := st.buf, st.wbuf, st.trailerKeys
 	if cap(buf) > 64<<10 {
 		buf = nil
 	}
 	clear(keys)
 	clear(st.trailers)
-	*st = stream{gen: st.gen + 1, resHdr: st.resHdr, run: st.run, cancelFn: st.cancelFn, buf: buf[:0], wbuf: wbuf[:0], trailerKeys: keys[:0]}
+	*st = stream{gen: st.gen + 1, resHdr: st.resHdr, reqHdr: st.reqHdr, reqVals: st.reqVals, run: st.run, cancelFn: st.cancelFn, buf: buf[:0], wbuf: wbuf[:0], trailerKeys: keys[:0]}
 	streamPool.Put(st)
 }
 
