@@ -39,7 +39,13 @@ func With(ctx context.Context, h Hook) context.Context { return context.WithValu
 // Done channel), not one that can end on its own.
 func Of(ctx context.Context) (Hook, bool) {
 	h, ok := ctx.Value(key{}).(Hook)
-	if !ok || h.Context().Done() != ctx.Done() {
+	if !ok {
+		return nil, false
+	}
+	// The hook's own context, as nearly always, needs no Done channel
+	// compared (asking a cancelCtx for it makes one: an allocation per
+	// HTTP/2 request). own is a pointer, so == cannot panic.
+	if own := h.Context(); own != ctx && own.Done() != ctx.Done() {
 		return nil, false
 	}
 	return h, true
