@@ -49,6 +49,7 @@ type conn struct {
 	req      http.Request
 	url      url.URL
 	hdr      http.Header
+	vals     []string // hdr's values
 	w        response
 	fields   [32]httphead.Field
 	hijacked bool

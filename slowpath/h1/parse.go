@@ -78,7 +78,10 @@ func (c *conn) parse(block []byte) (*http.Request, *httpError) {
 		return nil, bad(err.Error())
 	}
 	s := string(block) // the one copy: method, target and fields are its substrings
-	h := httphead.BuildHeader(c.hdr, s, block, fields, commonKeys)
+	// The map and its values' array are the connection's: a handler is
+	// done with the request when it returns.
+	h, vals := httphead.BuildHeader(c.hdr, c.vals, s, block, fields, commonKeys)
+	c.vals = vals
 
 	r := &c.req
 	*r = *c.tmpl

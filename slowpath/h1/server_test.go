@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,6 +49,30 @@ func TestKeepAlive(t *testing.T) {
 			}
 		}
 		cl.expectEOF()
+	})
+	t.Run("each request its own fields", func(t *testing.T) {
+		// The header map and its values' array are the connection's:
+		// nothing of one request's fields may show in the next's.
+		hs := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var keys []string
+			for k, vs := range r.Header {
+				keys = append(keys, k+"="+strings.Join(vs, ","))
+			}
+			slices.Sort(keys)
+			_, _ = io.WriteString(w, strings.Join(keys, " "))
+		})})
+		cl := dial(t, hs.addr)
+		for i, tc := range []struct{ fields, want string }{
+			{"X-A: 1\r\nX-B: 2\r\nX-C: 3\r\n", "X-A=1 X-B=2 X-C=3"},
+			{"X-D: 4\r\n", "X-D=4"},
+			{"X-E: 5\r\nX-E: 6\r\nX-F: 7\r\nX-G: 8\r\nX-H: 9\r\nX-I: 10\r\n", "X-E=5,6 X-F=7 X-G=8 X-H=9 X-I=10"},
+			{"", ""},
+		} {
+			cl.send("GET / HTTP/1.1\r\nHost: h\r\n" + tc.fields + "\r\n")
+			if _, body := cl.response("GET"); body != tc.want {
+				t.Fatalf("request %d: handler saw %q, want %q", i, body, tc.want)
+			}
+		}
 	})
 	t.Run("HTTP/1.0 closes", func(t *testing.T) {
 		cl := dial(t, ts.addr)

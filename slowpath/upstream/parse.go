@@ -65,7 +65,9 @@ func parseHead(block []byte, hdr http.Header) (head, error) {
 	}
 	s := string(block) // the one copy: status, keys and values are its substrings
 	h.status = s[statusStart:len(line)]
-	h.header = httphead.BuildHeader(hdr, s, block, fields, commonKeys)
+	// Values get an array of their own: the client's header map refers
+	// to them after the exchange, which a reused array would overwrite.
+	h.header, _ = httphead.BuildHeader(hdr, nil, s, block, fields, commonKeys)
 	return h, nil
 }
 

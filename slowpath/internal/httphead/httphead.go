@@ -156,9 +156,11 @@ func ScanFields(block []byte, i int, fields []Field, malformed error, noFold boo
 }
 
 // BuildHeader fills h (cleared first; nil: a new one) with fields; s is
-// block as a string. Values share one backing array. Keys found in common
-// need no string of their own.
-func BuildHeader(h http.Header, s string, block []byte, fields []Field, common map[string]string) http.Header {
+// block as a string. Values share one backing array: vals when it is large
+// enough, else a new one; it is returned for the next call of an owner
+// that may reuse it (whose values nobody uses by then). Keys found in
+// common need no string of their own.
+func BuildHeader(h http.Header, vals []string, s string, block []byte, fields []Field, common map[string]string) (http.Header, []string) {
 	n := 0
 	for _, f := range fields {
 		if f.K0 >= 0 {
@@ -170,7 +172,10 @@ func BuildHeader(h http.Header, s string, block []byte, fields []Field, common m
 	} else {
 		clear(h)
 	}
-	vals := make([]string, n)
+	if cap(vals) < n {
+		vals = make([]string, n)
+	}
+	vals = vals[:n]
 	j := 0
 	var last string
 	for _, f := range fields {
@@ -196,7 +201,7 @@ func BuildHeader(h http.Header, s string, block []byte, fields []Field, common m
 		}
 		last = key
 	}
-	return h
+	return h, vals
 }
 
 // ParseTrailer parses the trailer section of a chunked body (nil when it
@@ -207,7 +212,8 @@ func ParseTrailer(block []byte, malformed error) (http.Header, error) {
 	if err != nil || len(fields) == 0 {
 		return nil, err
 	}
-	return BuildHeader(nil, string(block), block, fields, nil), nil
+	h, _ := BuildHeader(nil, nil, string(block), block, fields, nil)
+	return h, nil
 }
 
 // Canonicalize checks that key is a token and puts it in canonical form

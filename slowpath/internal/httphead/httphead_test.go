@@ -83,7 +83,7 @@ func TestScanFields(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ScanFields(%q): %v", tc.block, err)
 			}
-			h := BuildHeader(nil, string(block), block, fields, Keys("Host"))
+			h, _ := BuildHeader(nil, nil, string(block), block, fields, Keys("Host"))
 			if diff := cmp.Diff(tc.want, h); diff != "" {
 				t.Errorf("header (-want +got):\n%s", diff)
 			}
