@@ -153,12 +153,20 @@ static __always_inline int node_addr(const struct node_config *cfg, __u8 family,
 }
 
 /*
+ * Flags of the send functions: SEND_GROWN is resolve's grown; with
+ * SEND_TX_UNCOUNTED, xmit leaves counting an XDP_TX to its caller (a flow
+ * cache hit counts it in its slot).
+ */
+#define SEND_GROWN 1
+#define SEND_TX_UNCOUNTED 2
+
+/*
  * xmit sends the frame to the next hop nh: XDP_TX out of the interface it
  * came in on, or a redirect to another interface running the fast path. A
  * frame that must leave by an interface without XDP goes to the kernel as
  * it is (already rewritten, so the kernel forwards it).
  */
-static __always_inline int xmit(struct xdp_md *ctx, const struct nexthop *nh)
+static __always_inline int xmit(struct xdp_md *ctx, const struct nexthop *nh, int flags)
 {
 	void *data, *data_end;
 	struct ethhdr *eth;
@@ -181,7 +189,8 @@ static __always_inline int xmit(struct xdp_md *ctx, const struct nexthop *nh)
 	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
 	if (nh->ifindex == ctx->ingress_ifindex) {
-		count(FP_C_TX);
+		if (!(flags & SEND_TX_UNCOUNTED))
+			count(FP_C_TX);
 		return XDP_TX;
 	}
 	count(FP_C_REDIRECT);
@@ -264,33 +273,36 @@ static __always_inline int resolve(struct xdp_md *ctx, __u8 family, const __u8 *
 	return -1;
 }
 
-/* send forwards the frame to dst, looking its next hop up each time (grown: see resolve). */
-static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len, int grown)
+/*
+ * send forwards the frame to dst, looking its next hop up each time
+ * (flags: SEND_GROWN, see resolve; SEND_TX_UNCOUNTED, see xmit).
+ */
+static __always_inline int send(struct xdp_md *ctx, __u8 family, const __u8 *dst, __u32 l3_len, int flags)
 {
 	struct nexthop nh = {};
-	int rc = resolve(ctx, family, dst, l3_len, &nh, grown);
+	int rc = resolve(ctx, family, dst, l3_len, &nh, flags & SEND_GROWN);
 
 	if (rc != -1)
 		return rc;
-	return xmit(ctx, &nh);
+	return xmit(ctx, &nh, flags);
 }
 
 /*
  * send_backend forwards the frame to backend bid, whose next hop is cached
- * per CPU for NEXTHOP_TTL_NS (grown: see resolve).
+ * per CPU for NEXTHOP_TTL_NS (flags: as send's).
  */
 static __always_inline int send_backend(struct xdp_md *ctx, __u32 bid, __u8 family, const __u8 *dst,
-					__u32 l3_len, __u64 now, int grown)
+					__u32 l3_len, __u64 now, int flags)
 {
 	struct nexthop *nh = bpf_map_lookup_elem(&fp_nexthops, &bid);
 	int rc, valid;
 
 	if (!nh)
-		return send(ctx, family, dst, l3_len, grown);
+		return send(ctx, family, dst, l3_len, flags);
 	valid = nh->expires > now && nh->ingress == ctx->ingress_ifindex;
 	if (valid && l3_len <= nh->mtu)
-		return xmit(ctx, nh);
-	rc = resolve(ctx, family, dst, l3_len, nh, grown);
+		return xmit(ctx, nh, flags);
+	rc = resolve(ctx, family, dst, l3_len, nh, flags & SEND_GROWN);
 	if (rc != -1) {
 		nh->expires = 0;
 		return rc;
@@ -306,23 +318,24 @@ static __always_inline int send_backend(struct xdp_md *ctx, __u32 bid, __u8 fami
 	} else if (l3_len > nh->mtu) {
 		nh->mtu = l3_len;
 	}
-	return xmit(ctx, nh);
+	return xmit(ctx, nh, flags);
 }
 
 /*
  * rewrite replaces the addresses and ports of the parsed TCP/UDP packet and
- * updates the IPv4 header and L4 checksums incrementally.
+ * updates the IPv4 header and L4 checksums incrementally. With keep_src (a
+ * constant at each call) only the destination changes: src and sport are
+ * the packet's own, and neither is read, written nor summed.
  */
 static __always_inline int rewrite(struct xdp_md *ctx, struct pkt *p, const __u8 *src, const __u8 *dst,
-				   __u16 sport, __u16 dport)
+				   __u16 sport, __u16 dport, int keep_src)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 l3 = L3_OFF(p), l4 = L4_OFF(p);
-	__be16 ports[2] = {fp_htons(sport), fp_htons(dport)};
 	__be16 *old_ports = data + l4;
 	__u16 *check = 0;
-	__u64 addr_diff, port_diff;
+	__u64 addr_diff = 0, port_diff;
 
 	if ((void *)(old_ports + 2) > data_end)
 		return -1;
@@ -341,26 +354,36 @@ static __always_inline int rewrite(struct xdp_md *ctx, struct pkt *p, const __u8
 		if (uh->check || p->key.family == FP_FAMILY_IPV6)
 			check = &uh->check;
 	}
-	port_diff = csum_diff16(old_ports, ports, 2);
+	if (keep_src) {
+		port_diff = (__u16)~old_ports[1] + (__u64)fp_htons(dport);
+	} else {
+		__u32 ports = (__u32)fp_htons(sport) | (__u32)fp_htons(dport) << 16;
+
+		port_diff = csum_diff32(old_ports, &ports, 1);
+	}
 
 	if (p->key.family == FP_FAMILY_IPV4) {
 		struct iphdr *iph = data + l3;
 
 		if ((void *)(iph + 1) > data_end)
 			return -1;
-		addr_diff = csum_diff16((__u16 *)&iph->saddr, (const __u16 *)src, 2) +
-			    csum_diff16((__u16 *)&iph->daddr, (const __u16 *)dst, 2);
+		if (!keep_src) {
+			addr_diff = csum_diff32(&iph->saddr, src, 1);
+			__builtin_memcpy(&iph->saddr, src, 4);
+		}
+		addr_diff += csum_diff32(&iph->daddr, dst, 1);
 		csum_apply(&iph->check, addr_diff);
-		__builtin_memcpy(&iph->saddr, src, 4);
 		__builtin_memcpy(&iph->daddr, dst, 4);
 	} else {
 		struct ipv6hdr *ip6 = data + l3;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return -1;
-		addr_diff = csum_diff16((__u16 *)ip6->saddr, (const __u16 *)src, 8) +
-			    csum_diff16((__u16 *)ip6->daddr, (const __u16 *)dst, 8);
-		copy16(ip6->saddr, src);
+		if (!keep_src) {
+			addr_diff = csum_diff32(ip6->saddr, src, 4);
+			copy16(ip6->saddr, src);
+		}
+		addr_diff += csum_diff32(ip6->daddr, dst, 4);
 		copy16(ip6->daddr, dst);
 	}
 	if (check) {
@@ -368,8 +391,9 @@ static __always_inline int rewrite(struct xdp_md *ctx, struct pkt *p, const __u8
 		if (p->key.proto == IPPROTO_UDP && *check == 0)
 			*check = 0xffff;
 	}
-	old_ports[0] = ports[0];
-	old_ports[1] = ports[1];
+	if (!keep_src)
+		old_ports[0] = fp_htons(sport);
+	old_ports[1] = fp_htons(dport);
 	return 0;
 }
 
@@ -823,26 +847,41 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 				   const struct backend *be, const struct node_config *cfg, __u16 nat_port,
 				   __u32 hash, __u64 now)
 {
-	__u8 src[16];
+	/* A flow cache hit counts its own tx (handle_l4). */
+	int tx = p->in_flow_cache ? SEND_TX_UNCOUNTED : 0;
+	__u8 src[16] ADDR;
 	int len, rc;
 
 	switch (fwd) {
-	case FP_FWD_NAT:
 	case FP_FWD_NAT_KEEP_CLIENT:
 		if (be->family != p->key.family) {
 			count(FP_C_DROP_FAMILY);
 			return XDP_DROP;
 		}
-		if (fwd == FP_FWD_NAT_KEEP_CLIENT) {
-			copy16(src, p->key.src);
-			nat_port = p->key.sport;
-		} else if (node_addr(cfg, be->family, src)) {
+		if (bench_miss_path || bench_flows)
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, tx);
+		/*
+		 * Only the destination changes. A case of its own, not a
+		 * test of fwd inside FP_FWD_NAT's: the verifier, seeing fwd
+		 * reloaded, would walk the path that skips node_addr into
+		 * the rewrite that reads src.
+		 */
+		rc = rewrite(ctx, p, be->addr, be->addr, 0, be->port, 1);
+		goto nat_send;
+	case FP_FWD_NAT:
+		if (be->family != p->key.family) {
+			count(FP_C_DROP_FAMILY);
+			return XDP_DROP;
+		}
+		if (node_addr(cfg, be->family, src)) {
 			count(FP_C_DROP_NO_NODE_ADDR);
 			return XDP_DROP;
 		}
 		if (bench_miss_path || bench_flows)
-			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
-		if (rewrite(ctx, p, src, be->addr, nat_port, be->port)) {
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, tx);
+		rc = rewrite(ctx, p, src, be->addr, nat_port, be->port, 0);
+nat_send:
+		if (rc) {
 			count(FP_C_DROP_MALFORMED);
 			return XDP_DROP;
 		}
@@ -852,7 +891,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 		 * undoing the translation, so that the client finds its own
 		 * packet quoted in the answer from the VIP.
 		 */
-		rc = send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 1);
+		rc = send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, tx | SEND_GROWN);
 		return rc == TOO_BIG ? TOO_BIG_HLEN(0) : rc;
 	case FP_FWD_DSR_IPIP:
 	case FP_FWD_DSR_GUE:
@@ -861,11 +900,11 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 			return XDP_DROP;
 		}
 		if (bench_miss_path || bench_flows)
-			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
+			return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, tx);
 		len = encap(ctx, p, be, src, fwd, gue_port, hash);
 		if (len < 0)
 			return XDP_DROP;
-		rc = send_backend(ctx, bid, be->family, be->addr, len, now, 1);
+		rc = send_backend(ctx, bid, be->family, be->addr, len, now, tx | SEND_GROWN);
 		return rc == TOO_BIG ? TOO_BIG_HLEN(len - (p->l3_len & 0xffff)) : rc;
 	case FP_FWD_DSR_L2:
 		if (be->family != p->key.family) {
@@ -873,7 +912,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct pkt *p, __u8 fwd, 
 			return XDP_DROP;
 		}
 		/* Only the MACs change: the FIB gives the backend's. */
-		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, 0);
+		return send_backend(ctx, bid, be->family, be->addr, p->l3_len, now, tx);
 	}
 	count(FP_C_PASS_SLOW_PATH);
 	return XDP_PASS;
@@ -1033,11 +1072,11 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *p, const st
 	now = now_ns();
 	if (now - nv->last_seen > TOUCH_INTERVAL_NS)
 		nv->last_seen = now;
-	if (rewrite(ctx, p, nv->vip, nv->client, nv->vip_port, nv->client_port)) {
+	if (rewrite(ctx, p, nv->vip, nv->client, nv->vip_port, nv->client_port, 0)) {
 		count(FP_C_DROP_MALFORMED);
 		return XDP_DROP;
 	}
-	rc = send(ctx, p->key.family, nv->client, p->l3_len, 1);
+	rc = send(ctx, p->key.family, nv->client, p->l3_len, SEND_GROWN);
 	return rc == TOO_BIG ? TOO_BIG_FROM_NODE : rc;
 }
 
@@ -1142,6 +1181,25 @@ static __always_inline struct flow_cache_entry *flow_cache_get(const struct flow
 	return fe && flow_cache_holds(fe, k) ? fe : 0;
 }
 
+/*
+ * flow_cache_flush adds the packets a flow cache slot counted to the
+ * counters, before the slot is written again. The slot is emptied first:
+ * readers read the counters before the slots, so a packet may be missed
+ * by one reading (and found by the next) but is never counted twice.
+ */
+static __noinline void flow_cache_flush(struct flow_cache_entry *fe)
+{
+	__u64 packets = fe->packets, bytes = fe->bytes;
+
+	fe->packets = 0;
+	fe->bytes = 0;
+	count_n(FP_C_RX, packets);
+	count_n(FP_C_CT_HIT, packets);
+	count_n(FP_C_TX, packets);
+	count_traffic_n(&fp_vip_stats, fe->vip_id, packets, bytes);
+	count_traffic_n(&fp_backend_stats, fe->backend_id, packets, bytes);
+}
+
 static __always_inline struct vip_info *vip_lookup(const struct flow_key *k)
 {
 	struct vip_key vk = {};
@@ -1213,6 +1271,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 	/* Read before the VIP lookup: a copy made from it is then never newer than its epoch. */
 	__u32 epoch = cfg->vip_epoch;
 	struct vip_info *vip = 0;
+	struct flow_cache_entry *fe = 0;
 	struct backend *be = 0;
 	struct ct_value *ct;
 	__u16 nat_port = 0;
@@ -1220,6 +1279,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 	__u16 gue_port;
 	__u64 now;
 	__u8 fwd;
+	int rc;
 
 	/*
 	 * The flow cache comes before the VIP prefilter: a copy is made only
@@ -1229,8 +1289,7 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 	 * A SYN never finds a copy worth the probe: it starts or restarts a flow.
 	 */
 	if (flow_cache_bits && p->key.family == FP_FAMILY_IPV4 && epoch && !(p->tcp_flags & TCP_SYN)) {
-		struct flow_cache_entry *fe = flow_cache_get(&p->key);
-
+		fe = flow_cache_get(&p->key);
 		if (fe && (p->tcp_flags & (TCP_FIN | TCP_RST))) {
 			/* It changes the TCP state: conntrack's business. */
 			fe->valid_until = 0;
@@ -1243,11 +1302,11 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 				gue_port = fe->gue_port;
 				nat_port = fe->nat_port;
 				hash = fe->hash;
-				count_traffic(&fp_vip_stats, fe->vip_id, frame_len);
-				count(FP_C_CT_HIT);
+				p->in_flow_cache = 1;
 				goto send;
 			}
 		}
+		fe = 0;
 	}
 	if (!maybe_vip(cfg, &p->key))
 		return nat_reply(ctx, p, cfg);
@@ -1332,19 +1391,21 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			 * every packet pay a conntrack lookup and a copy.
 			 */
 			__u32 slot = flow_cache_index(&p->key);
-			struct flow_cache_entry *fe = bpf_map_lookup_elem(&fp_flow_cache, &slot);
+			struct flow_cache_entry *copy = bpf_map_lookup_elem(&fp_flow_cache, &slot);
 
-			if (fe && (fe->valid_until <= now || flow_cache_holds(fe, &p->key))) {
-				ct_key4(&p->key, &fe->key);
-				fe->proto = p->key.proto;
-				fe->forward = ct->forward;
-				fe->nat_port = nat_port;
-				fe->backend_id = bid;
-				fe->vip_id = vip_id;
-				fe->hash = hash;
-				fe->vip_epoch = epoch;
-				fe->valid_until = ct->last_seen + TOUCH_INTERVAL_NS;
-				fe->gue_port = ct->gue_port;
+			if (copy && (copy->valid_until <= now || flow_cache_holds(copy, &p->key))) {
+				if (copy->packets)
+					flow_cache_flush(copy);
+				ct_key4(&p->key, &copy->key);
+				copy->proto = p->key.proto;
+				copy->forward = ct->forward;
+				copy->nat_port = nat_port;
+				copy->backend_id = bid;
+				copy->vip_id = vip_id;
+				copy->hash = hash;
+				copy->vip_epoch = epoch;
+				copy->valid_until = ct->last_seen + TOUCH_INTERVAL_NS;
+				copy->gue_port = ct->gue_port;
 			}
 		}
 	} else {
@@ -1396,9 +1457,26 @@ static __always_inline int handle_l4(struct xdp_md *ctx, struct pkt *p, const st
 			nat_port = port;
 		}
 	}
-send:
 	count_traffic(&fp_backend_stats, bid, frame_len);
-	return forward(ctx, p, fwd, gue_port, bid, be, cfg, nat_port, hash, now);
+send:
+	rc = forward(ctx, p, fwd, gue_port, bid, be, cfg, nat_port, hash, now);
+	if (fe) {
+		/*
+		 * A flow cache hit. Sent with XDP_TX (uncounted: see
+		 * forward), its rx, ct_hit, tx and traffic counts wait in the
+		 * slot; any other way, they are counted here and now.
+		 */
+		if (rc == XDP_TX) {
+			fe->packets++;
+			fe->bytes += frame_len;
+		} else {
+			p->in_flow_cache = 0;
+			count(FP_C_CT_HIT);
+			count_traffic(&fp_vip_stats, fe->vip_id, frame_len);
+			count_traffic(&fp_backend_stats, bid, frame_len);
+		}
+	}
+	return rc;
 }
 
 /* echo_reply turns an ICMP / ICMPv6 echo request into its reply in place. */
@@ -1822,16 +1900,13 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct pkt *p, const 
 	return XDP_PASS;
 }
 
-SEC("xdp")
-int novaedge_fastpath(struct xdp_md *ctx)
+static __always_inline int fastpath(struct xdp_md *ctx, struct pkt *p)
 {
 	struct node_config *cfg;
-	struct pkt p = {};
 	__u32 zero = 0;
 	int rc;
 
-	count(FP_C_RX);
-	switch (parse(ctx, &p)) {
+	switch (parse(ctx, p)) {
 	case PARSE_OK:
 		break;
 	case PARSE_NOT_IP:
@@ -1854,21 +1929,21 @@ int novaedge_fastpath(struct xdp_md *ctx)
 	if (bench_flows) {
 		__u32 n = bench_flow_seq++ % bench_flows;
 
-		p.key.sport += n;
-		*(__u32 *)p.key.src += n >> 16;
+		p->key.sport += n;
+		*(__u32 *)p->key.src += n >> 16;
 	}
-	if (p.key.proto == IPPROTO_ICMP || p.key.proto == IPPROTO_ICMPV6) {
+	if (p->key.proto == IPPROTO_ICMP || p->key.proto == IPPROTO_ICMPV6) {
 		/* ICMP over the wrong IP version is nobody's. */
-		if ((p.key.proto == IPPROTO_ICMP) != (p.key.family == FP_FAMILY_IPV4)) {
+		if ((p->key.proto == IPPROTO_ICMP) != (p->key.family == FP_FAMILY_IPV4)) {
 			count(FP_C_PASS_OTHER_PROTO);
 			return XDP_PASS;
 		}
-		return handle_icmp(ctx, &p, cfg);
+		return handle_icmp(ctx, p, cfg);
 	}
-	rc = handle_l4(ctx, &p, cfg);
+	rc = handle_l4(ctx, p, cfg);
 	/* One compare for every other frame: handle_l4's only negative values are these. */
 	if (rc < 0) {
-		const __u8 *from = p.key.dst;
+		const __u8 *from = p->key.dst;
 		__u32 hlen = 0;
 
 		if (rc == TOO_BIG_FROM_NODE) {
@@ -1880,11 +1955,26 @@ int novaedge_fastpath(struct xdp_md *ctx)
 			cfg = bpf_map_lookup_elem(&fp_config, &zero);
 			if (!cfg)
 				return XDP_DROP;
-			from = p.key.family == FP_FAMILY_IPV4 ? cfg->node_v4 : cfg->node_v6;
+			from = p->key.family == FP_FAMILY_IPV4 ? cfg->node_v4 : cfg->node_v6;
 		} else
 			hlen = TOO_BIG_HLEN(0) - rc;
-		return too_big(ctx, &p, hlen, from);
+		return too_big(ctx, p, hlen, from);
 	}
+	return rc;
+}
+
+/*
+ * rx is counted once the packet is done with, unless its flow cache slot
+ * counts it (struct flow_cache_entry), which saves the hit path a counter.
+ */
+SEC("xdp")
+int novaedge_fastpath(struct xdp_md *ctx)
+{
+	struct pkt p = {};
+	int rc = fastpath(ctx, &p);
+
+	if (!p.in_flow_cache)
+		count(FP_C_RX);
 	return rc;
 }
 

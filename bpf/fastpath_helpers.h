@@ -35,6 +35,8 @@ struct pkt {
 	/* ICMP type, for ICMP and ICMPv6. */
 	__u8 icmp_type;
 	__u8 icmp_code;
+	/* Counted in its flow's flow cache slot, not as rx (see struct flow_cache_entry). */
+	__u8 in_flow_cache;
 };
 
 enum parse_result {
@@ -54,14 +56,27 @@ static __always_inline void count(__u32 idx)
 		*c += 1;
 }
 
-static __always_inline void count_traffic(void *map, __u32 id, __u64 bytes)
+static __always_inline void count_n(__u32 idx, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&fp_counters, &idx);
+
+	if (c)
+		*c += n;
+}
+
+static __always_inline void count_traffic_n(void *map, __u32 id, __u64 packets, __u64 bytes)
 {
 	struct fp_traffic *t = bpf_map_lookup_elem(map, &id);
 
 	if (t) {
-		t->packets += 1;
+		t->packets += packets;
 		t->bytes += bytes;
 	}
+}
+
+static __always_inline void count_traffic(void *map, __u32 id, __u64 bytes)
+{
+	count_traffic_n(map, id, 1, bytes);
 }
 
 static __always_inline void copy16(__u8 *dst, const __u8 *src)
@@ -92,6 +107,26 @@ static __always_inline __u64 csum_diff16(const __u16 *from, const __u16 *to, int
 			break;
 		s += (__u16)~from[i];
 		s += to[i];
+	}
+	return s;
+}
+
+/*
+ * csum_diff32 is csum_diff16 over n 32-bit words: one's-complement sums
+ * fold to the same 16 bits from words of any width, in half the steps.
+ * The words may be unaligned in the packet; x86 and arm64 load them so.
+ */
+static __always_inline __u64 csum_diff32(const void *from, const void *to, int n)
+{
+	const __u32 *f = from, *t = to;
+	__u64 s = 0;
+
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (i >= n)
+			break;
+		s += (__u32)~f[i];
+		s += t[i];
 	}
 	return s;
 }

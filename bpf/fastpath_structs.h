@@ -143,7 +143,18 @@ struct flow_cache_entry {
 	/* The program's clock until which the copy serves: its flow's next refresh. */
 	__u64 valid_until;
 	__u16 gue_port;
-	__u16 pad[11];
+	__u16 pad;
+	/*
+	 * Packets (and their bytes) this copy sent with XDP_TX and has not
+	 * yet added to the counters: each is one rx, one ct_hit, one tx, and
+	 * one packet of vip_id's and backend_id's traffic. The program adds
+	 * them when it writes the slot again (within TOUCH_INTERVAL_NS while
+	 * the flow lasts); readers of the counters add what slots still hold
+	 * (fastpath/stats.go).
+	 */
+	__u32 packets;
+	__u64 bytes;
+	__u64 spare;
 };
 
 _Static_assert(sizeof(struct flow_cache_entry) == 64, "a flow cache slot is one cache line");

@@ -116,6 +116,9 @@ func flowCacheIndexes(k fastpathbpf.FastpathFlowKey, bits uint32) ([]uint32, err
 }
 
 // dropFlowCopy clears, on every CPU, the flow cache slot of an IPv4 flow.
+// The packets a slot counted and has not yet added to the counters stay
+// in it with their VIP and backend (see stats.go); a packet the program
+// counts between the read and the write here is lost to the counters.
 func (o *Objects) dropFlowCopy(k fastpathbpf.FastpathFlowKey) error {
 	if o.FlowCacheBits == 0 {
 		return nil
@@ -125,7 +128,15 @@ func (o *Objects) dropFlowCopy(k fastpathbpf.FastpathFlowKey) error {
 		return fmt.Errorf("drop flow cache copy: %w", err)
 	}
 	for _, i := range idx {
-		if err := o.FpFlowCache.Put(i, fastpathbpf.FastpathFlowCacheEntry{}); err != nil {
+		var old fastpathbpf.FastpathFlowCacheEntry
+		if err := o.FpFlowCache.Lookup(i, &old); err != nil {
+			return fmt.Errorf("drop flow cache copy: %w", err)
+		}
+		empty := fastpathbpf.FastpathFlowCacheEntry{Packets: old.Packets, Bytes: old.Bytes}
+		if old.Packets != 0 {
+			empty.VipId, empty.BackendId = old.VipId, old.BackendId
+		}
+		if err := o.FpFlowCache.Put(i, empty); err != nil {
 			return fmt.Errorf("drop flow cache copy: %w", err)
 		}
 	}

@@ -49,6 +49,7 @@ func OpenPinned(root string) (*Pinned, error) {
 		fastpathbpf.FastpathMapFpVips, fastpathbpf.FastpathMapFpBackends, fastpathbpf.FastpathMapFpMaglev,
 		fastpathbpf.FastpathMapFpConntrack, fastpathbpf.FastpathMapFpCt4Tcp, fastpathbpf.FastpathMapFpCt4Udp, fastpathbpf.FastpathMapFpNat, fastpathbpf.FastpathMapFpCounters,
 		fastpathbpf.FastpathMapFpVipStats, fastpathbpf.FastpathMapFpBackendStats, fastpathbpf.FastpathMapFpConfig,
+		fastpathbpf.FastpathMapFpFlowCache,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
@@ -116,7 +117,7 @@ func (p *Pinned) VIPs() ([]VIPInfo, error) {
 			ClientAffinity: v.Flags&uint32(fastpathbpf.FastpathFpVipFlagsFP_VIP_AFFINITY_CLIENT) != 0,
 		}
 		if v.Id != 0 {
-			t, err := p.traffic(fastpathbpf.FastpathMapFpVipStats, v.Id)
+			t, err := readTraffic(p.maps[fastpathbpf.FastpathMapFpVipStats], v.Id)
 			if err != nil {
 				return nil, err
 			}
@@ -127,6 +128,17 @@ func (p *Pinned) VIPs() ([]VIPInfo, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read fp_vips: %w", err)
 	}
+	// After the counters (see stats.go).
+	pending, err := readPending(p.maps[fastpathbpf.FastpathMapFpFlowCache])
+	if err != nil {
+		return nil, err
+	}
+	for i := range entries {
+		if id := entries[i].info.ID; id != 0 {
+			entries[i].info.Packets += pending.vips[id].Packets
+			entries[i].info.Bytes += pending.vips[id].Bytes
+		}
+	}
 	slices.SortFunc(entries, func(x, y entry) int {
 		return cmp.Or(x.addr.Compare(y.addr), cmp.Compare(x.info.Port, y.info.Port), strings.Compare(x.info.Protocol, y.info.Protocol))
 	})
@@ -135,19 +147,6 @@ func (p *Pinned) VIPs() ([]VIPInfo, error) {
 		out[i] = e.info
 	}
 	return out, nil
-}
-
-func (p *Pinned) traffic(name string, id uint32) (fastpathbpf.FastpathFpTraffic, error) {
-	var per []fastpathbpf.FastpathFpTraffic
-	var sum fastpathbpf.FastpathFpTraffic
-	if err := p.maps[name].Lookup(id, &per); err != nil {
-		return sum, fmt.Errorf("read %s[%d]: %w", name, id, err)
-	}
-	for _, t := range per {
-		sum.Packets += t.Packets
-		sum.Bytes += t.Bytes
-	}
-	return sum, nil
 }
 
 // BackendInfo is one backend as the program sees it.
@@ -171,7 +170,7 @@ func (p *Pinned) Backends() ([]BackendInfo, error) {
 		if be.Flags&uint8(fastpathbpf.FastpathFpBackendFlagsFP_BACKEND_ACTIVE) == 0 {
 			continue
 		}
-		t, err := p.traffic(fastpathbpf.FastpathMapFpBackendStats, id)
+		t, err := readTraffic(p.maps[fastpathbpf.FastpathMapFpBackendStats], id)
 		if err != nil {
 			return nil, err
 		}
@@ -179,6 +178,15 @@ func (p *Pinned) Backends() ([]BackendInfo, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read fp_backends: %w", err)
+	}
+	// After the counters (see stats.go).
+	pending, err := readPending(p.maps[fastpathbpf.FastpathMapFpFlowCache])
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Packets += pending.backends[out[i].ID].Packets
+		out[i].Bytes += pending.backends[out[i].ID].Bytes
 	}
 	return out, nil
 }
@@ -331,22 +339,5 @@ func CounterName(c fastpathbpf.FastpathFpCounter) string {
 
 // Counters returns every program counter summed over CPUs, by name.
 func (p *Pinned) Counters() (map[string]uint64, error) {
-	return ReadCounters(p.maps[fastpathbpf.FastpathMapFpCounters])
-}
-
-// ReadCounters sums the per-CPU counters of an fp_counters map.
-func ReadCounters(m *ebpf.Map) (map[string]uint64, error) {
-	out := make(map[string]uint64)
-	for c := fastpathbpf.FastpathFpCounter(0); c < fastpathbpf.FastpathFpCounterFP_C_MAX; c++ {
-		var per []uint64
-		if err := m.Lookup(uint32(c), &per); err != nil {
-			return nil, fmt.Errorf("read counter %d: %w", c, err)
-		}
-		var sum uint64
-		for _, v := range per {
-			sum += v
-		}
-		out[CounterName(c)] = sum
-	}
-	return out, nil
+	return ReadCounters(p.maps[fastpathbpf.FastpathMapFpCounters], p.maps[fastpathbpf.FastpathMapFpFlowCache])
 }

@@ -117,7 +117,7 @@ func TestLoadReplacesOutgrownDisposableMaps(t *testing.T) {
 	if err := second.FpVips.Lookup(vk, &vi); err != nil || vi.Id != 7 {
 		t.Errorf("fp_vips entry after the reload: %+v, %v; want the pinned map reused with ID 7", vi, err)
 	}
-	if _, err := ReadCounters(second.FpCounters); err != nil {
+	if _, err := second.Counters(); err != nil {
 		t.Errorf("read the new counters: %v", err)
 	}
 	if typ, vs := second.FpFlowCache.Type(), second.FpFlowCache.ValueSize(); typ != ebpf.Array || vs != 64 {

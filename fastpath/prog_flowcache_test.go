@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	fpbpf "github.com/novaedge/novaedge/gen/bpf/fastpath"
 )
 
@@ -240,6 +242,71 @@ func TestProgFlowCache(t *testing.T) {
 		}
 	})
 
+	t.Run("a hit's counts wait in its slot until it is written again", func(t *testing.T) {
+		opts := progSmallTables
+		opts.FlowCacheSize = 2
+		e := newProgEnv(t, n, opts)
+		e.addFastVIP(tcpVIP, be4a, be4b)
+		frameLen := uint64(len(ack.frame(t)))
+		orig, _ := open(t, e)
+		raw0, vip0, be0 := e.rawCounters(), e.rawTraffic(e.objs.FpVipStats, tcpVIP.id), e.rawTraffic(e.objs.FpBackendStats, orig)
+		before := e.counters()
+		vipBefore, beBefore := e.traffic(e.objs.FpVipStats, tcpVIP.id), e.traffic(e.objs.FpBackendStats, orig)
+
+		for range 3 {
+			e.send(ack, xdpTX)
+		}
+		c, ok := e.flowCopy(keyOfPkt(ack))
+		if !ok || c.Packets != 3 || c.Bytes != 3*frameLen {
+			t.Fatalf("slot %+v (found %v), want 3 packets of %d bytes counted in it", c, ok, 3*frameLen)
+		}
+		// The maps have not moved; the readers add the slot.
+		e.wantRawCounters(raw0, counts{})
+		wantEqual(t, "VIP traffic in the map", e.rawTraffic(e.objs.FpVipStats, tcpVIP.id), vip0)
+		wantEqual(t, "backend traffic in the map", e.rawTraffic(e.objs.FpBackendStats, orig), be0)
+		e.wantCounters(before, counts{cRX: 3, cCTHit: 3, cTX: 3})
+		wantEqual(t, "VIP traffic read", e.traffic(e.objs.FpVipStats, tcpVIP.id),
+			fpbpf.FastpathFpTraffic{Packets: vipBefore.Packets + 3, Bytes: vipBefore.Bytes + 3*frameLen})
+		wantEqual(t, "backend traffic read", e.traffic(e.objs.FpBackendStats, orig),
+			fpbpf.FastpathFpTraffic{Packets: beBefore.Packets + 3, Bytes: beBefore.Bytes + 3*frameLen})
+
+		// The agent writing the entry keeps the slot's counts.
+		ct := e.mustCT(ack)
+		e.putCT(ack, ct)
+		e.wantCounters(before, counts{cRX: 3, cCTHit: 3, cTX: 3})
+
+		// The refresh (conntrack serves, copies again) moves them to the maps.
+		e.send(ack, xdpTX)
+		if c, ok := e.flowCopy(keyOfPkt(ack)); !ok || c.Packets != 0 {
+			t.Fatalf("slot %+v (found %v) after the refresh, want a new copy with nothing counted", c, ok)
+		}
+		e.wantRawCounters(raw0, counts{cRX: 4, cCTHit: 4, cTX: 4})
+		wantEqual(t, "VIP traffic in the map", e.rawTraffic(e.objs.FpVipStats, tcpVIP.id),
+			fpbpf.FastpathFpTraffic{Packets: vip0.Packets + 4, Bytes: vip0.Bytes + 4*frameLen})
+		e.wantCounters(before, counts{cRX: 4, cCTHit: 4, cTX: 4})
+
+		// Another flow taking the slot adds the first flow's counts, to the first flow's backend.
+		e.send(ack, xdpTX)
+		e.send(ack, xdpTX)
+		b := ack
+		for b.sport = ack.sport + 1; flowCacheSlot(keyOfPkt(b), e.objs.FlowCacheBits) != flowCacheSlot(keyOfPkt(ack), e.objs.FlowCacheBits); b.sport++ {
+		}
+		e.send(b.flags(true, false, false, false), xdpTX)
+		bBackend := e.mustCT(b).BackendId
+		e.expireFlowCopies(t, keyOfPkt(ack))
+		rawBe := e.rawTraffic(e.objs.FpBackendStats, orig)
+		e.send(b, xdpTX)
+		if c, ok := e.flowCopy(keyOfPkt(b)); !ok || c.Packets != 0 {
+			t.Fatalf("second flow's slot %+v (found %v), want its copy with nothing counted", c, ok)
+		}
+		wantBe := rawBe.Packets + 2
+		if bBackend == orig {
+			wantBe++ // b's packet itself, counted on its conntrack path
+		}
+		wantEqual(t, "first flow's backend traffic in the map", e.rawTraffic(e.objs.FpBackendStats, orig).Packets, wantBe)
+		e.wantCounters(before, counts{cRX: 8, cCTHit: 7, cCTMiss: 1, cCTCreated: 1, cTX: 8})
+	})
+
 	t.Run("without a VIP epoch nothing is copied", func(t *testing.T) {
 		e := newProgEnvMode(t, n, progSmallTables, true)
 		e.addFastVIP(tcpVIP, be4a, be4b)
@@ -250,6 +317,43 @@ func TestProgFlowCache(t *testing.T) {
 			t.Fatal("a flow was copied with the VIP copies off")
 		}
 	})
+}
+
+// rawCounters reads fp_counters alone, without what flow cache slots hold.
+func (e *progEnv) rawCounters() map[string]uint64 {
+	e.t.Helper()
+	c, err := ReadCounters(e.objs.FpCounters, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// wantRawCounters checks how far fp_counters alone moved since before.
+func (e *progEnv) wantRawCounters(before map[string]uint64, want counts) {
+	e.t.Helper()
+	now := e.rawCounters()
+	for name, v := range now {
+		var w uint64
+		for c, n := range want {
+			if CounterName(c) == name {
+				w = n
+			}
+		}
+		if v-before[name] != w {
+			e.t.Errorf("fp_counters %s moved by %d, want %d", name, v-before[name], w)
+		}
+	}
+}
+
+// rawTraffic reads an fp_vip_stats or fp_backend_stats entry alone.
+func (e *progEnv) rawTraffic(m *ebpf.Map, id uint32) fpbpf.FastpathFpTraffic {
+	e.t.Helper()
+	t, err := readTraffic(m, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return t
 }
 
 // expireFlowCopies makes the copies in k's flow cache slot, on every CPU,

@@ -564,6 +564,16 @@ func (e *progEnv) counters() map[fpbpf.FastpathFpCounter]uint64 {
 			got[c] = sum
 		}
 	}
+	// Flow cache hits wait in their slots (stats.go).
+	pending, err := readPending(e.objs.FpFlowCache)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if pending.packets != 0 {
+		for _, c := range []fpbpf.FastpathFpCounter{fpbpf.FastpathFpCounterFP_C_RX, fpbpf.FastpathFpCounterFP_C_CT_HIT, fpbpf.FastpathFpCounterFP_C_TX} {
+			got[c] += pending.packets
+		}
+	}
 	return got
 }
 
@@ -621,6 +631,17 @@ func (e *progEnv) traffic(m *ebpf.Map, id uint32) fpbpf.FastpathFpTraffic {
 		sum.Packets += v.Packets
 		sum.Bytes += v.Bytes
 	}
+	// Flow cache hits wait in their slots (stats.go).
+	pending, err := readPending(e.objs.FpFlowCache)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p := pending.backends[id]
+	if m == e.objs.FpVipStats {
+		p = pending.vips[id]
+	}
+	sum.Packets += p.Packets
+	sum.Bytes += p.Bytes
 	return sum
 }
 

@@ -274,17 +274,31 @@ func (d *Datapath) Collector() prometheus.Collector {
 type collector struct {
 	objs *fastpath.Objects
 	desc *prometheus.Desc
+
+	mu sync.Mutex
+	// last is the value each counter was last reported with.
+	last map[string]uint64
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	counters, err := fastpath.ReadCounters(c.objs.FpCounters)
+	counters, err := c.objs.Counters()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = make(map[string]uint64, len(counters))
+	}
 	for name, v := range counters {
+		// A reading may miss packets the program is moving from a flow
+		// cache slot to the counters (the next one finds them); a
+		// counter that went back would read as a reset.
+		v = max(v, c.last[name])
+		c.last[name] = v
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v), name)
 	}
 }

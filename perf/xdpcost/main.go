@@ -164,12 +164,12 @@ func main() {
 		if _, err := m.Apply(cfg); err != nil {
 			log.Fatal(err)
 		}
-		before, err := fastpath.ReadCounters(objs.FpCounters)
+		before, err := objs.Counters()
 		if err != nil {
 			log.Fatal(err)
 		}
 		r := measure(c.name, objs.NovaedgeFastpath, pkt, ifindex, *repeat, *rounds, func() string {
-			after, err := fastpath.ReadCounters(objs.FpCounters)
+			after, err := objs.Counters()
 			if err != nil {
 				return err.Error()
 			}

@@ -448,7 +448,7 @@ func (l *lab) fastpath(n *netNS, role string, devs []string, cfg fastpath.Config
 // counters returns the program's counters by name.
 func (f *fpNode) counters(t *testing.T) map[string]uint64 {
 	t.Helper()
-	c, err := fastpath.ReadCounters(f.objs.FpCounters)
+	c, err := f.objs.Counters()
 	if err != nil {
 		t.Fatalf("read counters: %v", err)
 	}

@@ -64,7 +64,10 @@ type FastpathFlowCacheEntry struct {
 	VipEpoch   uint32
 	ValidUntil uint64
 	GuePort    uint16
-	Pad        [11]uint16
+	Pad        uint16
+	Packets    uint32
+	Bytes      uint64
+	Spare      uint64
 }
 
 type FastpathFlowKey struct {

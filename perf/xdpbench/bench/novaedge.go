@@ -47,7 +47,7 @@ func novaEdgeSetup(_ context.Context, nodeNS, ifname string) (func(), error) {
 	return func() {
 		// The program's own account of the run, so a report can be
 		// checked against the path it claims to measure.
-		if c, err := fastpath.ReadCounters(objs.FpCounters); err == nil {
+		if c, err := objs.Counters(); err == nil {
 			fmt.Fprintf(os.Stderr, "novaedge counters: rx %d ct_hit %d ct_miss %d ct_created %d tx %d pass_not_vip %d pass_no_neigh %d drops(no_backend %d malformed %d)\n",
 				c["rx"], c["ct_hit"], c["ct_miss"], c["ct_created"], c["tx"], c["pass_not_vip"], c["pass_no_neigh"], c["drop_no_backend"], c["drop_malformed"])
 		}
