@@ -293,12 +293,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.last == nil {
 		c.last = make(map[string]uint64, len(counters))
 	}
+	monotonic(c.last, counters)
 	for name, v := range counters {
-		// A reading may miss packets the program is moving from a flow
-		// cache slot to the counters (the next one finds them); a
-		// counter that went back would read as a reset.
-		v = max(v, c.last[name])
-		c.last[name] = v
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v), name)
+	}
+}
+
+// monotonic raises each counter of a reading to at least the value last
+// reported, and records the reading as last. A reading may miss packets
+// the program is moving from a flow cache slot to the counters (the next
+// one finds them); a counter that went back would read as a reset.
+func monotonic(last, reading map[string]uint64) {
+	for name, v := range reading {
+		v = max(v, last[name])
+		reading[name] = v
+		last[name] = v
 	}
 }
