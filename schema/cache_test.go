@@ -16,7 +16,7 @@ import (
 // TestValidCache: a valid object is validated once and then served from
 // the cache as an independent copy; an invalid one is never cached.
 func TestValidCache(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestValidCache(t *testing.T) {
 // costs the cache its key only, and a cached object comes back as
 // validation returned it, whether or not validation changed it.
 func TestValidCacheKeepsChangesOnly(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestValidCacheKeepsChangesOnly(t *testing.T) {
 // TestCELCompiledOnUse: a kind's CEL rules are compiled when its first
 // object is validated, and then checked as before.
 func TestCELCompiledOnUse(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

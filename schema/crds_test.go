@@ -7,13 +7,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/novaedge/novaedge/deploy/crds"
+	"github.com/novaedge/novaedge/schema/crdcheck"
 )
 
-// TestProjectCRDs loads the CRDs controller-gen generates for NovaEdge and
-// checks a few resources against them, including rules that use the
-// apiserver's CEL IP and CIDR libraries.
+// TestProjectCRDs loads the CRDs controller-gen generates for NovaEdge,
+// checking their definitions as the apiserver would (the agent, which
+// embeds them, trusts them: schema.CRDCheck), and checks a few resources
+// against them, including rules that use the apiserver's CEL IP and CIDR
+// libraries.
 func TestProjectCRDs(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, crdcheck.Check)
 	if err != nil {
 		t.Fatalf("NewFromFS(deploy/crds): %v", err)
 	}

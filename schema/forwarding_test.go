@@ -14,7 +14,7 @@ import (
 // enums, the range of guePort, and which settings belong to which mode, each
 // rejection naming the field and the fix.
 func TestProxyVIPForwardingRules(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestProxyVIPForwardingRules(t *testing.T) {
 
 // The DSR example users are pointed to passes the CRDs.
 func TestDSRExamplePassesTheCRDs(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

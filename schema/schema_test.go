@@ -11,11 +11,12 @@ import (
 
 	"github.com/novaedge/novaedge/diag"
 	"github.com/novaedge/novaedge/manifest"
+	"github.com/novaedge/novaedge/schema/crdcheck"
 )
 
 func testValidator(t *testing.T) *Validator {
 	t.Helper()
-	v, err := NewFromFS(os.DirFS("testdata"))
+	v, err := NewFromFS(os.DirFS("testdata"), crdcheck.Check)
 	if err != nil {
 		t.Fatalf("NewFromFS(testdata): %v", err)
 	}
@@ -346,7 +347,7 @@ spec:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.crds...)
+			_, err := New(crdcheck.Check, tc.crds...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New() error = %v, want it to contain %q", err, tc.want)
 			}

@@ -12,7 +12,7 @@ import (
 // testdata/seed-examples.yaml, a copy of ../shared/seeds/examples.yaml) is
 // accepted by the generated CRDs: the seed's shapes are the user-facing API.
 func TestSeedExamplesPassTheCRDs(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestSeedExamplesPassTheCRDs(t *testing.T) {
 
 // The CRDs reject what the acceptance names, each with its field.
 func TestCRDsRejectBadFields(t *testing.T) {
-	v, err := NewFromFS(crds.FS)
+	v, err := NewFromFS(crds.FS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
