@@ -4,7 +4,10 @@
 // through nginx, through HAProxy and through novaedge-agent, each proxy
 // configured with the same single route (and, for TLS, the same
 // certificate) and pinned to its own core, the load generator and the
-// backend to another. It writes a Markdown report and a JSON file to -out.
+// backend to another. Two Go baselines run from this binary itself: a
+// plain httputil.ReverseProxy (the floor) and a minimal one-thread epoll
+// proxy (perf/internal/epollproxy, the ceiling of a Go event loop). It
+// writes a Markdown report and a JSON file to -out.
 //
 // Run by hack/bench.sh (make bench), which installs nginx, haproxy, wrk and
 // h2load and builds bin/novaedge-agent first. Only 127.0.0.1 is used.
@@ -34,6 +37,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novaedge/novaedge/perf/internal/epollproxy"
 	"github.com/novaedge/novaedge/perf/internal/proc"
 )
 
@@ -48,6 +52,7 @@ const (
 	nginxH2     = 19511
 	haproxyH2   = 19512
 	plainRP     = 19504
+	epollRP     = 19506 // the one-thread epoll proxy (perf/internal/epollproxy)
 	nginxTLS    = 19521
 	haproxyTLS  = 19522
 	novaTLS     = 19523
@@ -81,12 +86,16 @@ func main() {
 	profile := flag.String("profile", "", "write a CPU profile of novaedge-agent, taken while wrk runs against it, to this file (the agent then runs with --pprof on 127.0.0.1:19520)")
 	profileH2 := flag.String("profile-h2", "", "like -profile, taken while h2load runs against the agent")
 	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
-	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy); empty: all")
+	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
+	serveEpoll := flag.String("serve-epoll-proxy", "", "internal: serve the minimal one-thread epoll proxy (perf/internal/epollproxy) on this address")
 	flag.Parse()
 	log.SetFlags(0)
 	if *serveRP != "" {
 		log.Fatal(plainReverseProxy(*serveRP))
+	}
+	if *serveEpoll != "" {
+		log.Fatal(epollproxy.Serve(*serveEpoll, "127.0.0.1:"+strconv.Itoa(backendPort)))
 	}
 	if runtime.NumCPU() < 2 {
 		log.Fatal("httpbench needs at least 2 CPUs: one for the proxy, one for the load generator and backend")
@@ -131,7 +140,7 @@ func main() {
 		return cmd
 	}
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, novaOps, nginxTLS, haproxyTLS, novaTLS, novaBaseTLS} {
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, epollRP, novaOps, nginxTLS, haproxyTLS, novaTLS, novaBaseTLS} {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			_ = c.Close()
 			log.Fatalf("port %d is in use (another benchmark running?)", port)
@@ -248,8 +257,9 @@ spec:
 		fail("%v", err)
 	}
 	rp := start("reverseproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-reverse-proxy", "127.0.0.1:"+strconv.Itoa(plainRP))
+	ep := start("epollproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-epoll-proxy", "127.0.0.1:"+strconv.Itoa(epollRP))
 
-	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, nginxTLS, haproxyTLS, novaTLS}
+	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, epollRP, nginxTLS, haproxyTLS, novaTLS}
 	if base != nil {
 		ports = append(ports, novaBase, novaBaseTLS)
 	}
@@ -271,6 +281,8 @@ spec:
 		{"novaedge", novaH1, novaH1, novaTLS, nova},
 		// The floor any proxy built on net/http starts from.
 		{"httputil.ReverseProxy", plainRP, 0, 0, rp},
+		// The ceiling of a Go proxy on this machine (perf/internal/epollproxy).
+		{"go-epoll", epollRP, 0, 0, ep},
 	}
 	if base != nil {
 		// Right after novaedge, so both see the machine in the same state.
@@ -563,6 +575,9 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 	}
 	if nv, rp := find("novaedge", "http/1.1"), find("httputil.ReverseProxy", "http/1.1"); nv != nil && rp != nil && rp.RPS > 0 {
 		fmt.Fprintf(&b, "NovaEdge / plain httputil.ReverseProxy: throughput %.2f×.\n", nv.RPS/rp.RPS)
+	}
+	if ep, ha := find("go-epoll", "http/1.1"), find("haproxy", "http/1.1"); ep != nil && ha != nil && ha.RPS > 0 {
+		fmt.Fprintf(&b, "The one-thread epoll proxy in Go (perf/internal/epollproxy: forwards heads unchanged, no routing, no header handling) / HAProxy: throughput %.2f×; what a Go proxy with an event loop instead of a goroutine per connection could reach at most.\n", ep.RPS/ha.RPS)
 	}
 	path := filepath.Join(dir, "http-"+stamp+".md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
