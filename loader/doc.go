@@ -11,4 +11,9 @@
 //
 // The snapshot builder reports problems by resource and field path only;
 // Result.Locate adds the file and line of those fields afterwards.
+//
+// A Load reuses what the previous one made of each part of a file between
+// "---" lines whose bytes did not change (a copy of each object, positions
+// moved to where the part now is), so re-reading a large configuration
+// after an edit checks only what the edit touched.
 package loader

@@ -134,8 +134,13 @@ type decoded struct {
 }
 
 // decoder returns a decode function for kinds stored in the slice list
-// selects, checked by check (which may be nil).
-func decoder[T any](list func(*snapshot.Input) *[]T, check func(*T) field.ErrorList) func([]byte) decoded {
+// selects, checked by check (which may be nil). add appends a deep copy of
+// the object each time: a load that reuses it (chunkCache) hands every
+// Input objects of its own, whatever their users do with them.
+func decoder[T any, PT interface {
+	*T
+	DeepCopyInto(*T)
+}](list func(*snapshot.Input) *[]T, check func(*T) field.ErrorList) func([]byte) decoded {
 	return func(raw []byte) decoded {
 		var obj T
 		strict, err := kjson.UnmarshalStrict(raw, &obj)
@@ -145,6 +150,7 @@ func decoder[T any](list func(*snapshot.Input) *[]T, check func(*T) field.ErrorL
 		d := decoded{strict: strict, add: func(in *snapshot.Input) {
 			p := list(in)
 			*p = append(*p, obj)
+			PT(&obj).DeepCopyInto(&(*p)[len(*p)-1])
 		}}
 		if check != nil {
 			d.errs = check(&obj)

@@ -24,6 +24,16 @@ func lines(l diag.List) []string {
 	return out
 }
 
+// inputJSON is in encoded, to compare Inputs whole.
+func inputJSON(t *testing.T, in *snapshot.Input) string {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // counts summarises an Input as the number of objects of each kind.
 func counts(in *snapshot.Input) map[string]int {
 	m := map[string]int{
@@ -293,15 +303,7 @@ func TestLoadStreams(t *testing.T) {
 			if diff := cmp.Diff(diagStrings(want), diagStrings(diags)); diff != "" {
 				t.Errorf("diagnostics (-FromDocuments +Load):\n%s", diff)
 			}
-			got, err := json.Marshal(res.Input)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exp, err := json.Marshal(ref.Input)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != string(exp) {
+			if got, exp := inputJSON(t, res.Input), inputJSON(t, ref.Input); got != exp {
 				t.Errorf("inputs differ:\nLoad:          %s\nFromDocuments: %s", got, exp)
 			}
 			if len(res.docs) == 0 || len(res.docs) != len(ref.docs) {

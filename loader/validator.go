@@ -18,31 +18,47 @@ import (
 // compiled CEL rules and that memory of valid objects are 3 MB of live heap,
 // made amid a load's garbage, and they pin heap pages all over. So it goes
 // after a quiet spell, and the memory it held goes back to the system.
+// What the last Load made of each chunk (chunkCache) goes with it: that
+// made a reload of 3000 routes 0.2 s cheaper again, and holds 10 MB of
+// heap with 5000 routes.
 var validatorHold = 30 * time.Second
 
 var held struct {
 	mu  sync.Mutex
 	v   *schema.Validator
 	use uint64 // counts uses; a release acts only if none came after it
+	// chunks is what the last Load read (Load), held and dropped with v.
+	chunks chunkCache
 }
 
 // validator returns the held Validator, compiling the embedded CRDs when
-// none is held (about 45 ms), and holds it for validatorHold more.
-func validator() (*schema.Validator, error) {
+// none is held (about 45 ms), and holds it for validatorHold more, with
+// the chunks the last Load read.
+func validator() (*schema.Validator, chunkCache, error) {
 	held.mu.Lock()
 	defer held.mu.Unlock()
 	if held.v == nil {
 		// The CRDs are the binary's own: checked by a test, not here.
 		v, err := schema.NewFromFS(crds.FS, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		held.v = v
 	}
 	held.use++
 	use := held.use
 	time.AfterFunc(validatorHold, func() { releaseValidator(use) })
-	return held.v, nil
+	return held.v, held.chunks, nil
+}
+
+// keepChunks holds what a Load read, for the next, while the Validator is
+// held.
+func keepChunks(c chunkCache) {
+	held.mu.Lock()
+	if held.v != nil {
+		held.chunks = c
+	}
+	held.mu.Unlock()
 }
 
 // releaseValidator drops the Validator unless it was used after use, and
@@ -54,7 +70,7 @@ func releaseValidator(use uint64) {
 		held.mu.Unlock()
 		return
 	}
-	held.v = nil
+	held.v, held.chunks = nil, nil
 	held.mu.Unlock()
 	debug.FreeOSMemory()
 }

@@ -12,11 +12,11 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 	validatorHold = 200 * time.Millisecond
 	t.Cleanup(func() { validatorHold = old })
 
-	a, err := validator()
+	a, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := validator()
+	b, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c, err := validator()
+	c, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +50,14 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 // TestValidatorReleaseSkipsLaterUse: a release scheduled by an earlier use
 // leaves a Validator that was used since.
 func TestValidatorReleaseSkipsLaterUse(t *testing.T) {
-	a, err := validator()
+	a, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
 	held.mu.Lock()
 	use := held.use
 	held.mu.Unlock()
-	if _, err := validator(); err != nil {
+	if _, _, err := validator(); err != nil {
 		t.Fatal(err)
 	}
 	releaseValidator(use)

@@ -100,6 +100,15 @@ func Load(paths ...string) ([]Document, diag.List) {
 // once, where Load holds every document's tree and object (about 10 kB per
 // resource). Problems are returned as Load returns them.
 func Walk(paths []string, fn func(Document)) diag.List {
+	return WalkChunks(paths, func(c Chunk) diag.List { return c.Parse(fn) })
+}
+
+// WalkChunks reads the files Load reads, in the same order, and hands each
+// part of them between "---" separator lines to fn, unparsed: a caller
+// that remembers what it derived from a chunk's bytes need not parse them
+// again when they come back (Chunk.Moved). It returns the problems with
+// the files followed by fn's, in the order Load reports them.
+func WalkChunks(paths []string, fn func(Chunk) diag.List) diag.List {
 	var diags diag.List
 	for _, p := range paths {
 		files, err := expand(p)
@@ -117,10 +126,46 @@ func Walk(paths []string, fn func(Document)) diag.List {
 				diags = append(diags, fileError(f, err))
 				continue
 			}
-			diags = append(diags, parse(f, data, fn)...)
+			for _, c := range split(data) {
+				diags = append(diags, fn(Chunk{file: f, chunk: c})...)
+			}
 		}
 	}
 	return diags
+}
+
+// Chunk is a part of a file between "---" separator lines: usually one
+// document.
+type Chunk struct {
+	file string
+	chunk
+}
+
+// File is the chunk's file, as positions name it.
+func (c Chunk) File() string { return c.file }
+
+// Line is the line of the chunk's first byte in its file, from 1.
+func (c Chunk) Line() int { return c.line }
+
+// Data is the chunk's bytes; the caller must not change them.
+func (c Chunk) Data() []byte { return c.data }
+
+// Parse parses the chunk's documents and hands each to fn, returning their
+// problems (see Parse).
+func (c Chunk) Parse(fn func(Document)) diag.List {
+	return parseChunk(c.file, c.chunk, fn)
+}
+
+// Moved returns d, a document parsed from a chunk of the same file with
+// the same bytes as c, and detached (Detach), as if it had been parsed
+// from c: its positions follow the lines c has moved by.
+func (c Chunk) Moved(d Document) Document {
+	if d.src == nil {
+		return d
+	}
+	d.Pos.Line += c.line - d.src.chunk.line
+	d.src = &source{chunk: c.chunk, index: d.src.index}
+	return d
 }
 
 func fileError(file string, err error) diag.Diagnostic {

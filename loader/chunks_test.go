@@ -1,0 +1,155 @@
+package loader
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// dropChunks forgets what earlier loads read, so the next Load parses and
+// checks every document.
+func dropChunks() {
+	held.mu.Lock()
+	held.chunks = nil
+	held.mu.Unlock()
+}
+
+// heldChunks returns the chunk results the last Load kept.
+func heldChunks() map[*chunkResult]bool {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	out := map[*chunkResult]bool{}
+	for _, cr := range held.chunks {
+		out[cr] = true
+	}
+	return out
+}
+
+// TestLoadReusesChunks edits a configuration step by step (moving,
+// changing, reordering, splitting and removing documents, with errors,
+// warnings, duplicates and a syntax error among them) and checks that a
+// Load reusing the previous load's chunks returns exactly what a Load
+// that parses everything returns: diagnostics (positions included), the
+// Input, and the positions Locate gives.
+func TestLoadReusesChunks(t *testing.T) {
+	var docs []string
+	for _, f := range []string{"kinds.yaml", "crd-errors.yaml", "core-errors.yaml", "unknown-kinds.yaml", "locate.yaml", "dup/a.yaml", "dup/b.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for d := range strings.SplitSeq(string(data), "\n---\n") {
+			docs = append(docs, strings.TrimSuffix(d, "\n")+"\n")
+		}
+	}
+	docs = append(docs, "apiVersion: v1\nkind: [broken\n")
+	join := func(ds []string) string { return strings.Join(ds, "---\n") }
+	reversed := slices.Clone(docs)
+	slices.Reverse(reversed)
+	changed := slices.Clone(docs)
+	changed[3] = strings.Replace(changed[3], "name:", "name: changed-", 1)
+	half := len(docs) / 2
+
+	steps := []struct {
+		name     string
+		files    map[string]string
+		reparsed int // at most this many chunks are parsed anew; -1: any
+	}{
+		{"first", map[string]string{"a.yaml": join(docs)}, -1},
+		{"same again", map[string]string{"a.yaml": join(docs)}, 0},
+		// The comment joins the first chunk: only that one changed.
+		{"moved down", map[string]string{"a.yaml": "# a comment\n\n\n" + join(docs)}, 1},
+		{"one changed", map[string]string{"a.yaml": "# a comment\n\n\n" + join(changed)}, 1},
+		// The last chunk gains a line end, the first loses one.
+		{"reordered", map[string]string{"a.yaml": join(reversed)}, 2},
+		{"split in two files", map[string]string{"a.yaml": join(docs[:half]), "b.yaml": join(docs[half:])}, -1},
+		{"some removed", map[string]string{"a.yaml": join(docs[2:half]), "b.yaml": join(docs[half+3:])}, 0},
+	}
+	dir := t.TempDir()
+	dropChunks()
+	for _, step := range steps {
+		old, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, content := range step.files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := heldChunks()
+		warm, warmDiags := Load(dir)
+		if step.reparsed >= 0 {
+			n := 0
+			for cr := range heldChunks() {
+				if !before[cr] {
+					n++
+				}
+			}
+			if n > step.reparsed {
+				t.Errorf("%s: %d chunks parsed anew, want at most %d", step.name, n, step.reparsed)
+			}
+		}
+		if step.name != "first" && len(heldChunks()) == 0 {
+			t.Fatalf("%s: the load kept no chunks for the next", step.name)
+		}
+		dropChunks()
+		cold, coldDiags := Load(dir)
+
+		if diff := cmp.Diff(coldDiags, warmDiags); diff != "" {
+			t.Errorf("%s: diagnostics (-parsed +reused):\n%s", step.name, diff)
+		}
+		if len(coldDiags) == 0 {
+			t.Errorf("%s: no diagnostics: the test documents lost their problems", step.name)
+		}
+		if coldIn, warmIn := inputJSON(t, cold.Input), inputJSON(t, warm.Input); coldIn != warmIn {
+			t.Errorf("%s: Input differs:\nparsed %s\nreused %s", step.name, coldIn, warmIn)
+		}
+		if len(cold.docs) != len(warm.docs) {
+			t.Errorf("%s: %d documents kept, want %d", step.name, len(warm.docs), len(cold.docs))
+		}
+		for ref := range cold.docs {
+			for _, f := range []string{"", "kind", "metadata.name", "spec"} {
+				if got, want := warm.Position(ref, f), cold.Position(ref, f); got != want {
+					t.Errorf("%s: Position(%s, %q) = %v, want %v", step.name, ref, f, got, want)
+				}
+			}
+		}
+		// Load again with this load's chunks kept, for the next step.
+		if _, d := Load(dir); len(d) != len(coldDiags) {
+			t.Fatalf("%s: a second load reported %d problems, want %d", step.name, len(d), len(coldDiags))
+		}
+	}
+}
+
+// TestLoadReusedObjectsAreCopies: what a caller does with one load's
+// objects does not reach the next load that reuses their chunks.
+func TestLoadReusedObjectsAreCopies(t *testing.T) {
+	dropChunks()
+	first, _ := Load("testdata/kinds.yaml")
+	if len(first.Input.Routes) == 0 || len(first.Input.Routes[0].Spec.Rules) == 0 || len(first.Input.Routes[0].Spec.Rules[0].BackendRefs) == 0 {
+		t.Fatal("testdata/kinds.yaml has no route with a backendRef")
+	}
+	ref := &first.Input.Routes[0].Spec.Rules[0].BackendRefs[0]
+	want := ref.Name
+	ref.Name = "changed"
+	before := heldChunks()
+	second, diags := Load("testdata/kinds.yaml")
+	for cr := range heldChunks() {
+		if !before[cr] {
+			t.Fatal("the second load parsed a chunk again: nothing reused, nothing tested")
+		}
+	}
+	if got := second.Input.Routes[0].Spec.Rules[0].BackendRefs[0].Name; got != want {
+		t.Errorf("second load's backendRef name = %q, want %q", got, want)
+	}
+	if diags.HasErrors() {
+		t.Errorf("unexpected errors: %v", diags)
+	}
+}
