@@ -2,7 +2,6 @@ package loader
 
 import (
 	"crypto/sha256"
-	"slices"
 
 	"github.com/novaedge/novaedge/diag"
 	"github.com/novaedge/novaedge/manifest"
@@ -15,12 +14,16 @@ import (
 type chunkCache map[[sha256.Size]byte]*chunkResult
 
 // chunkResult is what one chunk gave, with positions as they were when it
-// was loaded (line): a load that finds the chunk elsewhere moves them.
-// It is shared by loads and never changed.
+// was loaded (line). It is shared by loads and never changed.
 type chunkResult struct {
 	line  int       // the chunk's first line then
 	diags diag.List // manifest's problems with the chunk (syntax, structure)
 	docs  []chunkDoc
+	// clean is true when the chunk gave no diagnostic at all. Only a clean
+	// result serves the same bytes at another line: messages may quote
+	// lines ("mapping key already defined at line 7"), which cannot be
+	// moved, and a chunk with problems is rare enough to check again.
+	clean bool
 }
 
 // chunkDoc is one document of a chunk: detached, and what check found.
@@ -47,20 +50,11 @@ func loadChunk(v *schema.Validator, c manifest.Chunk) *chunkResult {
 	cr.diags = c.Parse(func(doc manifest.Document) {
 		cr.docs = append(cr.docs, chunkDoc{doc: doc.Detach(), checked: check(v, doc)})
 	})
-	return cr
-}
-
-// moveDiags returns diags with the lines of their positions in file moved
-// by delta; diags itself is left as it is (it is shared).
-func moveDiags(diags diag.List, file string, delta int) diag.List {
-	if delta == 0 || len(diags) == 0 {
-		return diags
-	}
-	out := slices.Clone(diags)
-	for i := range out {
-		if p := &out[i].Pos; p.File == file && p.Line > 0 {
-			p.Line += delta
+	cr.clean = len(cr.diags) == 0
+	for _, d := range cr.docs {
+		if len(d.diags) > 0 || len(d.dupWarnings) > 0 {
+			cr.clean = false
 		}
 	}
-	return out
+	return cr
 }

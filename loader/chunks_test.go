@@ -19,14 +19,10 @@ func dropChunks() {
 }
 
 // heldChunks returns the chunk results the last Load kept.
-func heldChunks() map[*chunkResult]bool {
+func heldChunks() chunkCache {
 	held.mu.Lock()
 	defer held.mu.Unlock()
-	out := map[*chunkResult]bool{}
-	for _, cr := range held.chunks {
-		out[cr] = true
-	}
-	return out
+	return held.chunks
 }
 
 // TestLoadReusesChunks edits a configuration step by step (moving,
@@ -46,7 +42,9 @@ func TestLoadReusesChunks(t *testing.T) {
 			docs = append(docs, strings.TrimSuffix(d, "\n")+"\n")
 		}
 	}
-	docs = append(docs, "apiVersion: v1\nkind: [broken\n")
+	docs = append(docs, "apiVersion: v1\nkind: [broken\n",
+		// The message quotes a line: the chunk must not be reused elsewhere.
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: twice}\nmetadata: {name: again}\n")
 	join := func(ds []string) string { return strings.Join(ds, "---\n") }
 	reversed := slices.Clone(docs)
 	slices.Reverse(reversed)
@@ -55,16 +53,16 @@ func TestLoadReusesChunks(t *testing.T) {
 	half := len(docs) / 2
 
 	steps := []struct {
-		name     string
-		files    map[string]string
-		reparsed int // at most this many chunks are parsed anew; -1: any
+		name    string
+		files   map[string]string
+		changed int // chunks whose bytes are new; -1: not checked
 	}{
 		{"first", map[string]string{"a.yaml": join(docs)}, -1},
 		{"same again", map[string]string{"a.yaml": join(docs)}, 0},
-		// The comment joins the first chunk: only that one changed.
+		// The comment joins the first chunk: only that one is new.
 		{"moved down", map[string]string{"a.yaml": "# a comment\n\n\n" + join(docs)}, 1},
 		{"one changed", map[string]string{"a.yaml": "# a comment\n\n\n" + join(changed)}, 1},
-		// The last chunk gains a line end, the first loses one.
+		// Without the comment, and with docs[3] as it was: two new.
 		{"reordered", map[string]string{"a.yaml": join(reversed)}, 2},
 		{"split in two files", map[string]string{"a.yaml": join(docs[:half]), "b.yaml": join(docs[half:])}, -1},
 		{"some removed", map[string]string{"a.yaml": join(docs[2:half]), "b.yaml": join(docs[half+3:])}, 0},
@@ -85,15 +83,23 @@ func TestLoadReusesChunks(t *testing.T) {
 		}
 		before := heldChunks()
 		warm, warmDiags := Load(dir)
-		if step.reparsed >= 0 {
-			n := 0
-			for cr := range heldChunks() {
-				if !before[cr] {
-					n++
+		// Every chunk seen before is reused, unless it had diagnostics
+		// and moved (then it is parsed again); only new bytes are new.
+		if step.changed >= 0 {
+			fresh := 0
+			for key, cr := range heldChunks() {
+				prev := before[key]
+				switch {
+				case prev == nil:
+					fresh++
+				case cr != prev && (prev.clean || prev.line == cr.line):
+					t.Errorf("%s: a chunk first seen at line %d was parsed again at line %d", step.name, prev.line, cr.line)
+				case cr == prev && !cr.clean && cr.line != prev.line:
+					t.Errorf("%s: a chunk with diagnostics was reused at another line", step.name)
 				}
 			}
-			if n > step.reparsed {
-				t.Errorf("%s: %d chunks parsed anew, want at most %d", step.name, n, step.reparsed)
+			if fresh > step.changed {
+				t.Errorf("%s: %d chunks new, want at most %d", step.name, fresh, step.changed)
 			}
 		}
 		if step.name != "first" && len(heldChunks()) == 0 {
@@ -141,8 +147,8 @@ func TestLoadReusedObjectsAreCopies(t *testing.T) {
 	ref.Name = "changed"
 	before := heldChunks()
 	second, diags := Load("testdata/kinds.yaml")
-	for cr := range heldChunks() {
-		if !before[cr] {
+	for key, cr := range heldChunks() {
+		if before[key] != cr {
 			t.Fatal("the second load parsed a chunk again: nothing reused, nothing tested")
 		}
 	}
