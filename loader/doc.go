@@ -14,6 +14,7 @@
 //
 // A Load reuses what the previous one made of each part of a file between
 // "---" lines whose bytes did not change (a copy of each object, positions
-// moved to where the part now is), so re-reading a large configuration
-// after an edit checks only what the edit touched.
+// moved to where the part now is; a part with problems is checked again
+// when it moved), so re-reading a large configuration after an edit checks
+// only what the edit touched.
 package loader
