@@ -81,10 +81,10 @@ type KindInfo struct {
 // CRDCheck checks a CRD's definition before a Validator serves it, as the
 // apiserver does on its creation (crdcheck.Check). nil trusts the
 // definition: for CRDs compiled into the binary, which a test checks
-// (schema.TestProjectCRDs). The check is a parameter, not a
-// call made here, because the apiserver's CRD validation links some 80
-// packages (its webhook, audit and egress-selector code among them): 3 MB
-// of binary and 30 ms of start-up the agent spent re-checking constants.
+// (schema.TestProjectCRDs). The check is a parameter, not a call made
+// here, because the apiserver's CRD validation links some 80 packages
+// (its webhook, audit and egress-selector code among them): 3 MB of
+// binary and 30 ms of start-up the agent spent re-checking constants.
 type CRDCheck func(*apiextensions.CustomResourceDefinition) error
 
 // NewFromFS reads the CRDs of every *.yaml and *.yml file at the top of
