@@ -5,8 +5,10 @@
 // configured with the same single route (and, for TLS, the same
 // certificate) and pinned to its own core, the load generator and the
 // backend to another. Two Go baselines run from this binary itself: a
-// plain httputil.ReverseProxy (the floor) and a minimal one-thread epoll
-// proxy (perf/internal/epollproxy, the ceiling of a Go event loop). It
+// plain httputil.ReverseProxy (the floor), a minimal one-thread epoll
+// proxy (perf/internal/epollproxy, the ceiling of a Go event loop) and the
+// same minimal proxy with a goroutine per connection (what that design
+// costs before any HTTP work). It
 // writes a Markdown report and a JSON file to -out.
 //
 // Run by hack/bench.sh (make bench), which installs nginx, haproxy, wrk and
@@ -53,6 +55,7 @@ const (
 	haproxyH2   = 19512
 	plainRP     = 19504
 	epollRP     = 19506 // the one-thread epoll proxy (perf/internal/epollproxy)
+	goroutineRP = 19507 // the same with a goroutine per connection
 	nginxTLS    = 19521
 	haproxyTLS  = 19522
 	novaTLS     = 19523
@@ -86,9 +89,10 @@ func main() {
 	profile := flag.String("profile", "", "write a CPU profile of novaedge-agent, taken while wrk runs against it, to this file (the agent then runs with --pprof on 127.0.0.1:19520)")
 	profileH2 := flag.String("profile-h2", "", "like -profile, taken while h2load runs against the agent")
 	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
-	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll); empty: all")
+	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll, go-goroutines); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
 	serveEpoll := flag.String("serve-epoll-proxy", "", "internal: serve the minimal one-thread epoll proxy (perf/internal/epollproxy) on this address")
+	serveGoroutines := flag.String("serve-goroutine-proxy", "", "internal: serve the minimal proxy with a goroutine per connection (perf/internal/epollproxy) on this address")
 	flag.Parse()
 	log.SetFlags(0)
 	if *serveRP != "" {
@@ -96,6 +100,9 @@ func main() {
 	}
 	if *serveEpoll != "" {
 		log.Fatal(epollproxy.Serve(*serveEpoll, "127.0.0.1:"+strconv.Itoa(backendPort)))
+	}
+	if *serveGoroutines != "" {
+		log.Fatal(epollproxy.ServeGoroutines(*serveGoroutines, "127.0.0.1:"+strconv.Itoa(backendPort)))
 	}
 	if runtime.NumCPU() < 2 {
 		log.Fatal("httpbench needs at least 2 CPUs: one for the proxy, one for the load generator and backend")
@@ -258,8 +265,9 @@ spec:
 	}
 	rp := start("reverseproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-reverse-proxy", "127.0.0.1:"+strconv.Itoa(plainRP))
 	ep := start("epollproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-epoll-proxy", "127.0.0.1:"+strconv.Itoa(epollRP))
+	gp := start("goroutineproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-goroutine-proxy", "127.0.0.1:"+strconv.Itoa(goroutineRP))
 
-	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, epollRP, nginxTLS, haproxyTLS, novaTLS}
+	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, epollRP, goroutineRP, nginxTLS, haproxyTLS, novaTLS}
 	if base != nil {
 		ports = append(ports, novaBase, novaBaseTLS)
 	}
@@ -283,6 +291,8 @@ spec:
 		{"httputil.ReverseProxy", plainRP, 0, 0, rp},
 		// The ceiling of a Go proxy on this machine (perf/internal/epollproxy).
 		{"go-epoll", epollRP, 0, 0, ep},
+		// The same with a goroutine per connection: the cost of that design.
+		{"go-goroutines", goroutineRP, 0, 0, gp},
 	}
 	if base != nil {
 		// Right after novaedge, so both see the machine in the same state.
@@ -578,6 +588,9 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 	}
 	if ep, ha := find("go-epoll", "http/1.1"), find("haproxy", "http/1.1"); ep != nil && ha != nil && ha.RPS > 0 {
 		fmt.Fprintf(&b, "The one-thread epoll proxy in Go (perf/internal/epollproxy: forwards heads unchanged, no routing, no header handling) / HAProxy: throughput %.2f×; what a Go proxy with an event loop instead of a goroutine per connection could reach at most.\n", ep.RPS/ha.RPS)
+	}
+	if gp, ha := find("go-goroutines", "http/1.1"), find("haproxy", "http/1.1"); gp != nil && ha != nil && ha.RPS > 0 {
+		fmt.Fprintf(&b, "The same minimal proxy with a goroutine per connection / HAProxy: throughput %.2f×; what a goroutine per connection costs before any HTTP work.\n", gp.RPS/ha.RPS)
 	}
 	path := filepath.Join(dir, "http-"+stamp+".md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -11,10 +11,22 @@ import (
 	"time"
 )
 
-// TestServe runs the proxy against a real backend over loopback: keep-alive
-// requests on one connection, pipelined requests, a request with a body
-// (the connection ends) and a backend answer without Content-Length.
+// TestServe runs both proxies against a real backend over loopback:
+// keep-alive requests on one connection, pipelined requests, a request with
+// a body (the connection ends) and a backend answer without Content-Length.
 func TestServe(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve func(addr, backend string) error
+	}{
+		{"epoll", Serve},
+		{"goroutines", ServeGoroutines},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testServe(t, tc.serve) })
+	}
+}
+
+func testServe(t *testing.T, serve func(addr, backend string) error) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/stream" {
 			w.(http.Flusher).Flush() // no Content-Length: chunked
@@ -31,7 +43,7 @@ func TestServe(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	errc := make(chan error, 1)
-	go func() { errc <- Serve(addr, backend.Listener.Addr().String()) }()
+	go func() { errc <- serve(addr, backend.Listener.Addr().String()) }()
 	var c net.Conn
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if c, err = net.Dial("tcp4", addr); err == nil {
