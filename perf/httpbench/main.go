@@ -8,7 +8,10 @@
 // plain httputil.ReverseProxy (the floor), a minimal one-thread epoll
 // proxy (perf/internal/epollproxy, the ceiling of a Go event loop) and the
 // same minimal proxy with a goroutine per connection (what that design
-// costs before any HTTP work). It
+// costs before any HTTP work), and a lean proxy that does the HTTP work
+// NovaEdge cannot skip on header fields kept as read
+// (perf/internal/leanproxy: what a path without http.Request could
+// reach). It
 // writes a Markdown report and a JSON file to -out.
 //
 // Run by hack/bench.sh (make bench), which installs nginx, haproxy, wrk and
@@ -40,6 +43,7 @@ import (
 	"time"
 
 	"github.com/novaedge/novaedge/perf/internal/epollproxy"
+	"github.com/novaedge/novaedge/perf/internal/leanproxy"
 	"github.com/novaedge/novaedge/perf/internal/proc"
 )
 
@@ -56,6 +60,7 @@ const (
 	plainRP     = 19504
 	epollRP     = 19506 // the one-thread epoll proxy (perf/internal/epollproxy)
 	goroutineRP = 19507 // the same with a goroutine per connection
+	leanRP      = 19508 // perf/internal/leanproxy
 	nginxTLS    = 19521
 	haproxyTLS  = 19522
 	novaTLS     = 19523
@@ -89,10 +94,11 @@ func main() {
 	profile := flag.String("profile", "", "write a CPU profile of novaedge-agent, taken while wrk runs against it, to this file (the agent then runs with --pprof on 127.0.0.1:19520)")
 	profileH2 := flag.String("profile-h2", "", "like -profile, taken while h2load runs against the agent")
 	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
-	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll, go-goroutines); empty: all")
+	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll, go-goroutines, go-lean); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
 	serveEpoll := flag.String("serve-epoll-proxy", "", "internal: serve the minimal one-thread epoll proxy (perf/internal/epollproxy) on this address")
 	serveGoroutines := flag.String("serve-goroutine-proxy", "", "internal: serve the minimal proxy with a goroutine per connection (perf/internal/epollproxy) on this address")
+	serveLean := flag.String("serve-lean-proxy", "", "internal: serve the lean proxy (perf/internal/leanproxy) on this address")
 	flag.Parse()
 	log.SetFlags(0)
 	if *serveRP != "" {
@@ -103,6 +109,9 @@ func main() {
 	}
 	if *serveGoroutines != "" {
 		log.Fatal(epollproxy.ServeGoroutines(*serveGoroutines, "127.0.0.1:"+strconv.Itoa(backendPort)))
+	}
+	if *serveLean != "" {
+		log.Fatal(leanproxy.Serve(*serveLean, "127.0.0.1:"+strconv.Itoa(backendPort)))
 	}
 	if runtime.NumCPU() < 2 {
 		log.Fatal("httpbench needs at least 2 CPUs: one for the proxy, one for the load generator and backend")
@@ -147,7 +156,7 @@ func main() {
 		return cmd
 	}
 
-	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, epollRP, novaOps, nginxTLS, haproxyTLS, novaTLS, novaBaseTLS} {
+	for _, port := range []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, novaBase, plainRP, epollRP, goroutineRP, leanRP, novaOps, nginxTLS, haproxyTLS, novaTLS, novaBaseTLS} {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			_ = c.Close()
 			log.Fatalf("port %d is in use (another benchmark running?)", port)
@@ -266,8 +275,9 @@ spec:
 	rp := start("reverseproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-reverse-proxy", "127.0.0.1:"+strconv.Itoa(plainRP))
 	ep := start("epollproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-epoll-proxy", "127.0.0.1:"+strconv.Itoa(epollRP))
 	gp := start("goroutineproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-goroutine-proxy", "127.0.0.1:"+strconv.Itoa(goroutineRP))
+	lp := start("leanproxy", 1, []string{"GOMAXPROCS=1"}, self, "-serve-lean-proxy", "127.0.0.1:"+strconv.Itoa(leanRP))
 
-	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, epollRP, goroutineRP, nginxTLS, haproxyTLS, novaTLS}
+	ports := []int{backendPort, nginxH1, nginxH2, haproxyH1, haproxyH2, novaH1, plainRP, epollRP, goroutineRP, leanRP, nginxTLS, haproxyTLS, novaTLS}
 	if base != nil {
 		ports = append(ports, novaBase, novaBaseTLS)
 	}
@@ -293,6 +303,8 @@ spec:
 		{"go-epoll", epollRP, 0, 0, ep},
 		// The same with a goroutine per connection: the cost of that design.
 		{"go-goroutines", goroutineRP, 0, 0, gp},
+		// The HTTP work NovaEdge cannot skip, on header fields kept as read.
+		{"go-lean", leanRP, 0, 0, lp},
 	}
 	if base != nil {
 		// Right after novaedge, so both see the machine in the same state.
@@ -591,6 +603,9 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 	}
 	if gp, ha := find("go-goroutines", "http/1.1"), find("haproxy", "http/1.1"); gp != nil && ha != nil && ha.RPS > 0 {
 		fmt.Fprintf(&b, "The same minimal proxy with a goroutine per connection / HAProxy: throughput %.2f×; what a goroutine per connection costs before any HTTP work.\n", gp.RPS/ha.RPS)
+	}
+	if lp, ha := find("go-lean", "http/1.1"), find("haproxy", "http/1.1"); lp != nil && ha != nil && ha.RPS > 0 {
+		fmt.Fprintf(&b, "The lean proxy (perf/internal/leanproxy: every field scanned, routed by slowpath/router, hop-by-hop fields dropped, forwarding fields and a request ID added, on fields kept as read) / HAProxy: throughput %.2f×; what a NovaEdge path without http.Request and http.Header could reach.\n", lp.RPS/ha.RPS)
 	}
 	path := filepath.Join(dir, "http-"+stamp+".md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
