@@ -4,13 +4,12 @@
 // through nginx, through HAProxy and through novaedge-agent, each proxy
 // configured with the same single route (and, for TLS, the same
 // certificate) and pinned to its own core, the load generator and the
-// backend to another. Two Go baselines run from this binary itself: a
-// plain httputil.ReverseProxy (the floor), a minimal one-thread epoll
-// proxy (perf/internal/epollproxy, the ceiling of a Go event loop) and the
-// same minimal proxy with a goroutine per connection (what that design
-// costs before any HTTP work), and a lean proxy that does the HTTP work
-// NovaEdge cannot skip on header fields kept as read
-// (perf/internal/leanproxy: what a path without http.Request could
+// backend to another. Four Go baselines run from this binary itself: a
+// plain httputil.ReverseProxy (the floor) and the three proxies of
+// perf/internal/baseproxy: a minimal one-thread epoll loop (the ceiling of
+// a Go proxy), the same with a goroutine per connection (what that design
+// costs) and a lean proxy doing the HTTP work NovaEdge cannot skip on
+// header fields kept as read (what a path without http.Request could
 // reach). It
 // writes a Markdown report and a JSON file to -out.
 //
@@ -42,8 +41,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/novaedge/novaedge/perf/internal/epollproxy"
-	"github.com/novaedge/novaedge/perf/internal/leanproxy"
+	"github.com/novaedge/novaedge/perf/internal/baseproxy"
 	"github.com/novaedge/novaedge/perf/internal/proc"
 )
 
@@ -58,9 +56,9 @@ const (
 	nginxH2     = 19511
 	haproxyH2   = 19512
 	plainRP     = 19504
-	epollRP     = 19506 // the one-thread epoll proxy (perf/internal/epollproxy)
+	epollRP     = 19506 // the one-thread epoll proxy (perf/internal/baseproxy)
 	goroutineRP = 19507 // the same with a goroutine per connection
-	leanRP      = 19508 // perf/internal/leanproxy
+	leanRP      = 19508 // perf/internal/baseproxy
 	nginxTLS    = 19521
 	haproxyTLS  = 19522
 	novaTLS     = 19523
@@ -96,22 +94,22 @@ func main() {
 	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
 	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll, go-goroutines, go-lean); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
-	serveEpoll := flag.String("serve-epoll-proxy", "", "internal: serve the minimal one-thread epoll proxy (perf/internal/epollproxy) on this address")
-	serveGoroutines := flag.String("serve-goroutine-proxy", "", "internal: serve the minimal proxy with a goroutine per connection (perf/internal/epollproxy) on this address")
-	serveLean := flag.String("serve-lean-proxy", "", "internal: serve the lean proxy (perf/internal/leanproxy) on this address")
+	serveEpoll := flag.String("serve-epoll-proxy", "", "internal: serve the minimal one-thread epoll proxy (perf/internal/baseproxy) on this address")
+	serveGoroutines := flag.String("serve-goroutine-proxy", "", "internal: serve the minimal proxy with a goroutine per connection (perf/internal/baseproxy) on this address")
+	serveLean := flag.String("serve-lean-proxy", "", "internal: serve the lean proxy (perf/internal/baseproxy) on this address")
 	flag.Parse()
 	log.SetFlags(0)
 	if *serveRP != "" {
 		log.Fatal(plainReverseProxy(*serveRP))
 	}
 	if *serveEpoll != "" {
-		log.Fatal(epollproxy.Serve(*serveEpoll, "127.0.0.1:"+strconv.Itoa(backendPort)))
+		log.Fatal(baseproxy.Serve(*serveEpoll, "127.0.0.1:"+strconv.Itoa(backendPort)))
 	}
 	if *serveGoroutines != "" {
-		log.Fatal(epollproxy.ServeGoroutines(*serveGoroutines, "127.0.0.1:"+strconv.Itoa(backendPort)))
+		log.Fatal(baseproxy.ServeGoroutines(*serveGoroutines, "127.0.0.1:"+strconv.Itoa(backendPort)))
 	}
 	if *serveLean != "" {
-		log.Fatal(leanproxy.Serve(*serveLean, "127.0.0.1:"+strconv.Itoa(backendPort)))
+		log.Fatal(baseproxy.ServeLean(*serveLean, "127.0.0.1:"+strconv.Itoa(backendPort)))
 	}
 	if runtime.NumCPU() < 2 {
 		log.Fatal("httpbench needs at least 2 CPUs: one for the proxy, one for the load generator and backend")
@@ -299,7 +297,7 @@ spec:
 		{"novaedge", novaH1, novaH1, novaTLS, nova},
 		// The floor any proxy built on net/http starts from.
 		{"httputil.ReverseProxy", plainRP, 0, 0, rp},
-		// The ceiling of a Go proxy on this machine (perf/internal/epollproxy).
+		// The ceiling of a Go proxy on this machine (perf/internal/baseproxy).
 		{"go-epoll", epollRP, 0, 0, ep},
 		// The same with a goroutine per connection: the cost of that design.
 		{"go-goroutines", goroutineRP, 0, 0, gp},
@@ -599,13 +597,13 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 		fmt.Fprintf(&b, "NovaEdge / plain httputil.ReverseProxy: throughput %.2f×.\n", nv.RPS/rp.RPS)
 	}
 	if ep, ha := find("go-epoll", "http/1.1"), find("haproxy", "http/1.1"); ep != nil && ha != nil && ha.RPS > 0 {
-		fmt.Fprintf(&b, "The one-thread epoll proxy in Go (perf/internal/epollproxy: forwards heads unchanged, no routing, no header handling) / HAProxy: throughput %.2f×; what a Go proxy with an event loop instead of a goroutine per connection could reach at most.\n", ep.RPS/ha.RPS)
+		fmt.Fprintf(&b, "The one-thread epoll proxy in Go (perf/internal/baseproxy: forwards heads unchanged, no routing, no header handling) / HAProxy: throughput %.2f×; what a Go proxy with an event loop instead of a goroutine per connection could reach at most.\n", ep.RPS/ha.RPS)
 	}
 	if gp, ha := find("go-goroutines", "http/1.1"), find("haproxy", "http/1.1"); gp != nil && ha != nil && ha.RPS > 0 {
 		fmt.Fprintf(&b, "The same minimal proxy with a goroutine per connection / HAProxy: throughput %.2f×; what a goroutine per connection costs before any HTTP work.\n", gp.RPS/ha.RPS)
 	}
 	if lp, ha := find("go-lean", "http/1.1"), find("haproxy", "http/1.1"); lp != nil && ha != nil && ha.RPS > 0 {
-		fmt.Fprintf(&b, "The lean proxy (perf/internal/leanproxy: every field scanned, routed by slowpath/router, hop-by-hop fields dropped, forwarding fields and a request ID added, on fields kept as read) / HAProxy: throughput %.2f×; what a NovaEdge path without http.Request and http.Header could reach.\n", lp.RPS/ha.RPS)
+		fmt.Fprintf(&b, "The lean proxy (perf/internal/baseproxy: every field scanned, routed by slowpath/router, hop-by-hop fields dropped, forwarding fields and a request ID added, on fields kept as read) / HAProxy: throughput %.2f×; what a NovaEdge path without http.Request and http.Header could reach.\n", lp.RPS/ha.RPS)
 	}
 	path := filepath.Join(dir, "http-"+stamp+".md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

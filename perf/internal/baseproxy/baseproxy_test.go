@@ -1,4 +1,4 @@
-package epollproxy
+package baseproxy
 
 import (
 	"bufio"
@@ -36,27 +36,10 @@ func testServe(t *testing.T, serve func(addr, backend string) error) {
 		_, _ = fmt.Fprintf(w, "path %s", r.URL.Path)
 	}))
 	defer backend.Close()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	addr := start(t, serve, backend.Listener.Addr().String())
+	c, err := net.Dial("tcp4", addr)
 	if err != nil {
 		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	errc := make(chan error, 1)
-	go func() { errc <- serve(addr, backend.Listener.Addr().String()) }()
-	var c net.Conn
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err = net.Dial("tcp4", addr); err == nil {
-			break
-		}
-		select {
-		case err := <-errc:
-			t.Fatalf("Serve: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
 	}
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -109,4 +92,33 @@ func testServe(t *testing.T, serve func(addr, backend string) error) {
 	}
 	ends("request body", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
 	ends("answer without length", get("/stream"))
+}
+
+// start runs serve on a free loopback port and returns the address once it
+// accepts connections.
+func start(t *testing.T, serve func(addr, backend string) error, backend string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- serve(addr, backend) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp4", addr)
+		if err == nil {
+			_ = c.Close()
+			return addr
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("serve: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
 }

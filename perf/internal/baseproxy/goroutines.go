@@ -1,4 +1,4 @@
-package epollproxy
+package baseproxy
 
 import (
 	"bytes"
@@ -33,14 +33,31 @@ type gconn struct {
 	in []byte // bytes read and not yet forwarded
 }
 
-// fill reads once more into c.in.
+// fill reads once more into c.in; false when the connection failed, ended
+// or sent a head larger than 64 KiB.
 func (c *gconn) fill() bool {
 	if len(c.in) == cap(c.in) {
+		if cap(c.in) >= 64<<10 {
+			return false
+		}
 		c.in = append(c.in, 0)[:len(c.in)]
 	}
 	n, err := c.Read(c.in[len(c.in):cap(c.in)])
 	c.in = c.in[:len(c.in)+n]
 	return err == nil && n > 0
+}
+
+// head reads until c.in holds a complete head and returns its length, or
+// -1 when the connection failed first.
+func (c *gconn) head() int {
+	for {
+		if i := bytes.Index(c.in, []byte("\r\n\r\n")); i >= 0 {
+			return i + 4
+		}
+		if !c.fill() {
+			return -1
+		}
+	}
 }
 
 type gpool struct {
@@ -75,14 +92,10 @@ func (p *gpool) serve(nc net.Conn) {
 	c := &gconn{Conn: nc, in: make([]byte, 0, 16<<10)}
 	defer c.Close()
 	for {
-		end := bytes.Index(c.in, []byte("\r\n\r\n"))
+		end := c.head()
 		if end < 0 {
-			if !c.fill() {
-				return
-			}
-			continue
+			return
 		}
-		end += 4
 		if contentLength(c.in[:end]) != 0 {
 			return // a body: not this measuring stick's business
 		}
@@ -104,23 +117,23 @@ func (p *gpool) exchange(c, u *gconn, end int) bool {
 	if _, err := u.Write(c.in[:end]); err != nil {
 		return false
 	}
-	for {
-		hend := bytes.Index(u.in, []byte("\r\n\r\n"))
-		if hend >= 0 {
-			cl := contentLength(u.in[:hend+4])
-			if cl < 0 {
-				return false
-			}
-			if total := hend + 4 + cl; len(u.in) >= total {
-				if _, err := c.Write(u.in[:total]); err != nil {
-					return false
-				}
-				u.in = u.in[:copy(u.in, u.in[total:])]
-				return true
-			}
-		}
+	hend := u.head()
+	if hend < 0 {
+		return false
+	}
+	cl := contentLength(u.in[:hend])
+	if cl < 0 {
+		return false
+	}
+	total := hend + cl
+	for len(u.in) < total {
 		if !u.fill() {
 			return false
 		}
 	}
+	if _, err := c.Write(u.in[:total]); err != nil {
+		return false
+	}
+	u.in = u.in[:copy(u.in, u.in[total:])]
+	return true
 }

@@ -1,8 +1,4 @@
-// Package epollproxy is a measuring stick for perf/httpbench, not a proxy
-// anyone should run: the least a keep-alive HTTP/1.1 proxy written in Go
-// must do, on one thread with one epoll loop and no goroutine per
-// connection, the way HAProxy and nginx are built.
-package epollproxy
+package baseproxy
 
 import (
 	"bytes"

@@ -1,39 +1,32 @@
-// Package leanproxy is a measuring stick for perf/httpbench, not a proxy
-// anyone should run: the least NovaEdge's slow path would do for a plain
-// HTTP/1.1 request on a route without filters if it kept header fields as
-// the bytes they were read into, instead of building http.Request and
-// http.Header on the way in and http.Response on the way back.
-//
-// It does the work such a path cannot skip: every header field scanned
-// and checked, the request routed by slowpath/router (the same compiled
-// router, given only method, host and path), hop-by-hop fields dropped
-// both ways, X-Forwarded-For/-Host/-Proto, Forwarded and X-Request-Id
-// added, framing by Content-Length. It leaves out what only costs time
-// on rare requests: bodies (the connection ends), chunked answers (the
-// connection ends), timeouts, retries, health, metrics. Its rate beside
-// NovaEdge's is how much of the gap to HAProxy such a path could close.
-package leanproxy
+package baseproxy
 
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/router"
 )
 
-// Serve proxies connections to addr to backend until accepting fails: one
-// route for every host and path, a goroutine per client connection, pooled
-// backend connections.
-func Serve(addr, backend string) error {
+// ServeLean proxies connections to addr to backend until accepting fails,
+// as ServeGoroutines does, and does on the way the work NovaEdge's slow
+// path cannot skip for a plain request on a route without filters: every
+// header field scanned and checked, the request routed by slowpath/router
+// (the same compiled router, given method, host and path; one route for
+// every host and path), hop-by-hop fields dropped both ways,
+// X-Forwarded-For appended to, X-Forwarded-Host/-Proto, Forwarded and
+// X-Request-Id added, the answer framed by its Content-Length. It leaves
+// out what only rare requests need: bodies and chunked answers end the
+// connection; no timeouts, retries, health reports or metrics. Its rate
+// beside NovaEdge's is how much of the gap to HAProxy a path without
+// http.Request and http.Header could close.
+func ServeLean(addr, backend string) error {
 	rt, err := router.Compile(
 		&pb.Listener{Name: "lean", Port: 80, Protocol: pb.Protocol_PROTOCOL_HTTP},
 		[]*pb.Route{{Name: "all", Kind: pb.RouteKind_ROUTE_KIND_HTTP, Listeners: []string{"lean"},
@@ -45,7 +38,7 @@ func Serve(addr, backend string) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	p := &proxy{rt: rt, backend: backend}
+	p := &leanProxy{rt: rt, pool: &gpool{backend: backend}}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -55,46 +48,9 @@ func Serve(addr, backend string) error {
 	}
 }
 
-type proxy struct {
-	rt      *router.Router
-	backend string
-	mu      sync.Mutex
-	idle    []*conn
-}
-
-// conn is one side's connection and the bytes read from it and not yet
-// consumed.
-type conn struct {
-	net.Conn
-	in []byte
-}
-
-// fill reads once more into c.in.
-func (c *conn) fill() error {
-	if len(c.in) == cap(c.in) {
-		if cap(c.in) >= 64<<10 {
-			return errors.New("head too large")
-		}
-		c.in = append(c.in, 0)[:len(c.in)]
-	}
-	n, err := c.Read(c.in[len(c.in):cap(c.in)])
-	c.in = c.in[:len(c.in)+n]
-	if n == 0 && err == nil {
-		err = errors.New("empty read")
-	}
-	return err
-}
-
-// head reads until c.in holds a complete head and returns its length.
-func (c *conn) head() (int, error) {
-	for {
-		if i := bytes.Index(c.in, []byte("\r\n\r\n")); i >= 0 {
-			return i + 4, nil
-		}
-		if err := c.fill(); err != nil {
-			return 0, err
-		}
-	}
+type leanProxy struct {
+	rt   *router.Router
+	pool *gpool
 }
 
 // field is one header field, its name and value slices of a head.
@@ -149,6 +105,13 @@ func hopByHop(name []byte) bool {
 	return false
 }
 
+func appendField(b []byte, f field) []byte {
+	b = append(b, f.name...)
+	b = append(b, ": "...)
+	b = append(b, f.value...)
+	return append(b, "\r\n"...)
+}
+
 func lookup(fs []field, name string) []byte {
 	for _, f := range fs {
 		if bytes.EqualFold(f.name, []byte(name)) {
@@ -158,16 +121,16 @@ func lookup(fs []field, name string) []byte {
 	return nil
 }
 
-func (p *proxy) serve(nc net.Conn) {
-	c := &conn{Conn: nc, in: make([]byte, 0, 4<<10)}
+func (p *leanProxy) serve(nc net.Conn) {
+	c := &gconn{Conn: nc, in: make([]byte, 0, 4<<10)}
 	defer c.Close()
 	client, _, _ := net.SplitHostPort(nc.RemoteAddr().String())
 	var fields [32]field
 	out := make([]byte, 0, 4<<10)
 	resp := make([]byte, 0, 4<<10)
 	for {
-		n, err := c.head()
-		if err != nil {
+		n := c.head()
+		if n < 0 {
 			return
 		}
 		fs, line, err := scanFields(c.in[:n], fields[:0])
@@ -212,10 +175,7 @@ func appendRequest(b, line []byte, fs []field, client string, host []byte) []byt
 			xff = f.value
 			continue
 		}
-		b = append(b, f.name...)
-		b = append(b, ": "...)
-		b = append(b, f.value...)
-		b = append(b, "\r\n"...)
+		b = appendField(b, f)
 	}
 	b = append(b, "X-Forwarded-For: "...)
 	if xff != nil {
@@ -241,8 +201,8 @@ func appendRequest(b, line []byte, fs []field, client string, host []byte) []byt
 
 // exchange sends req over a backend connection and the answer back to c,
 // built in *buf.
-func (p *proxy) exchange(c *conn, req []byte, buf *[]byte) bool {
-	u := p.get()
+func (p *leanProxy) exchange(c *gconn, req []byte, buf *[]byte) bool {
+	u := p.pool.get()
 	if u == nil {
 		return false
 	}
@@ -250,8 +210,8 @@ func (p *proxy) exchange(c *conn, req []byte, buf *[]byte) bool {
 		_ = u.Close()
 		return false
 	}
-	n, err := u.head()
-	if err != nil {
+	n := u.head()
+	if n < 0 {
 		_ = u.Close()
 		return false
 	}
@@ -269,44 +229,19 @@ func (p *proxy) exchange(c *conn, req []byte, buf *[]byte) bool {
 		if hopByHop(f.name) {
 			continue
 		}
-		out = append(out, f.name...)
-		out = append(out, ": "...)
-		out = append(out, f.value...)
-		out = append(out, "\r\n"...)
+		out = appendField(out, f)
 	}
 	out = append(out, "\r\n"...)
 	for len(u.in) < n+length {
-		if err := u.fill(); err != nil {
+		if !u.fill() {
 			_ = u.Close()
 			return false
 		}
 	}
 	out = append(out, u.in[n:n+length]...)
 	u.in = u.in[:copy(u.in, u.in[n+length:])]
-	p.put(u)
+	p.pool.put(u)
 	*buf = out
 	_, err = c.Write(out)
 	return err == nil
-}
-
-func (p *proxy) get() *conn {
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		u := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return u
-	}
-	p.mu.Unlock()
-	nc, err := net.Dial("tcp4", p.backend)
-	if err != nil {
-		return nil
-	}
-	return &conn{Conn: nc, in: make([]byte, 0, 4<<10)}
-}
-
-func (p *proxy) put(u *conn) {
-	p.mu.Lock()
-	p.idle = append(p.idle, u)
-	p.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package leanproxy
+package baseproxy
 
 import (
 	"bufio"
@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// TestServe runs the proxy against a real backend over loopback: keep-alive
+// TestServeLean runs the lean proxy against a real backend over loopback: keep-alive
 // requests on one connection, what the backend sees (forwarding fields
 // added, X-Forwarded-For appended to, hop-by-hop fields dropped), what the
 // client sees (the backend's hop-by-hop fields dropped), and the requests
 // that end the connection.
-func TestServe(t *testing.T) {
+func TestServeLean(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Keep-Alive", "timeout=5")
 		w.Header().Set("X-Seen", strings.Join([]string{
@@ -28,27 +28,10 @@ func TestServe(t *testing.T) {
 		_, _ = io.WriteString(w, "hello "+r.URL.Path)
 	}))
 	defer backend.Close()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	addr := start(t, ServeLean, backend.Listener.Addr().String())
+	c, err := net.Dial("tcp4", addr)
 	if err != nil {
 		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	errc := make(chan error, 1)
-	go func() { errc <- Serve(addr, backend.Listener.Addr().String()) }()
-	var c net.Conn
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err = net.Dial("tcp4", addr); err == nil {
-			break
-		}
-		select {
-		case err := <-errc:
-			t.Fatalf("Serve: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
 	}
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
