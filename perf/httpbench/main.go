@@ -19,6 +19,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -80,18 +81,40 @@ type result struct {
 	// sleep and must be woken.
 	UserUsPerReq float64 `json:"proxy_user_us_per_request"`
 	Errors       string  `json:"errors,omitempty"`
+	// Every round's rate and CPU per request, in round order (the
+	// fields above are the median round's).
+	RoundsRPS   []float64 `json:"rounds_rps,omitempty"`
+	RoundsCPUus []float64 `json:"rounds_cpu_us_per_request,omitempty"`
+}
+
+// median is the round with the median rate (the lower of the middle two
+// for an even count), with every round's rate and CPU per request.
+func median(rs []result) result {
+	sorted := slices.Clone(rs)
+	slices.SortStableFunc(sorted, func(a, b result) int { return cmp.Compare(a.RPS, b.RPS) })
+	m := sorted[(len(sorted)-1)/2]
+	m.RoundsRPS, m.RoundsCPUus = nil, nil
+	for _, r := range rs {
+		m.RoundsRPS = append(m.RoundsRPS, r.RPS)
+		m.RoundsCPUus = append(m.RoundsCPUus, r.CPUusPerReq)
+		if r.Errors != "" && m.Errors == "" {
+			m.Errors = r.Errors // an error in any round shows
+		}
+	}
+	return m
 }
 
 func main() {
 	var (
 		out      = flag.String("out", "perf/results", "directory for the report")
 		agent    = flag.String("agent", "bin/novaedge-agent", "novaedge-agent binary")
-		duration = flag.Duration("duration", 10*time.Second, "length of each measurement")
+		duration = flag.Duration("duration", 5*time.Second, "length of each measurement")
 		conns    = flag.Int("connections", 64, "concurrent connections (wrk), clients (h2load: connections/4 with 16 streams each)")
 	)
 	profile := flag.String("profile", "", "write a CPU profile of novaedge-agent, taken while wrk runs against it, to this file (the agent then runs with --pprof on 127.0.0.1:19520)")
 	profileH2 := flag.String("profile-h2", "", "like -profile, taken while h2load runs against the agent")
 	baseAgent := flag.String("baseline-agent", "", "a second novaedge-agent binary (say, built from the commit before a change) measured in the same run as target novaedge-base")
+	reps := flag.Int("reps", 3, "rounds: every target and protocol is measured this many times, round after round; the report gives the median round")
 	only := flag.String("targets", "", "comma-separated targets to measure (direct, nginx, haproxy, novaedge, novaedge-base, httputil.ReverseProxy, go-epoll, go-goroutines, go-lean); empty: all")
 	serveRP := flag.String("serve-reverse-proxy", "", "internal: serve a plain httputil.ReverseProxy on this address (the harness runs itself this way as a baseline)")
 	serveEpoll := flag.String("serve-epoll-proxy", "", "internal: serve the minimal one-thread epoll proxy (perf/internal/baseproxy) on this address")
@@ -308,89 +331,94 @@ spec:
 		// Right after novaedge, so both see the machine in the same state.
 		targets = slices.Insert(targets, 4, target{"novaedge-base", novaBase, novaBase, novaBaseTLS, base})
 	}
-	var results []result
+	// Each target and protocol is measured -reps times, the rounds one
+	// after the other, so that every round sees the machine in about the
+	// same state for all targets; the report gives each one's median
+	// round and every round's rate.
+	type measurement struct {
+		t     target
+		proto string // http/1.1, https/1.1 or h2c
+	}
+	var plan []measurement
 	for _, t := range targets {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), t.name) {
 			continue
 		}
-		// Warm up connection pools and caches.
-		_, _ = runWrk("http", t.h1, 2*time.Second, *conns)
-		var prof chan error
-		if *profile != "" && t.cmd == nova {
-			// The profile covers the measurement but its first and last
-			// half second, when wrk starts and stops.
-			prof = make(chan error, 1)
-			go func() { prof <- fetchProfile(novaOps, max(*duration-time.Second, time.Second), *profile) }()
+		plan = append(plan, measurement{t, "http/1.1"})
+		if t.tls != 0 {
+			plan = append(plan, measurement{t, "https/1.1"})
 		}
-		cpu0, user0 := treeCPU(t.cmd)
-		r, err := runWrk("http", t.h1, *duration, *conns)
+		if t.h2 != 0 {
+			plan = append(plan, measurement{t, "h2c"})
+		}
+	}
+	measure := func(m measurement, round int) result {
+		var (
+			r        result
+			err      error
+			profPath string
+		)
+		switch m.proto {
+		case "http/1.1":
+			// Warm up connection pools and caches.
+			_, _ = runWrk("http", m.t.h1, time.Second, *conns)
+			profPath = *profile
+		case "https/1.1":
+			// Keep-alive connections, so the handshakes are few and the
+			// cost is the records' (with wrk's warm-up).
+			_, _ = runWrk("https", m.t.tls, time.Second, *conns)
+		case "h2c":
+			profPath = *profileH2
+		}
+		var prof chan error
+		if profPath != "" && m.t.cmd == nova && round == 0 {
+			// The profile covers the first round's measurement but its
+			// first and last half second, when the load starts and stops.
+			prof = make(chan error, 1)
+			go func() { prof <- fetchProfile(novaOps, max(*duration-time.Second, time.Second), profPath) }()
+		}
+		cpu0, user0 := treeCPU(m.t.cmd)
+		switch m.proto {
+		case "http/1.1":
+			r, err = runWrk("http", m.t.h1, *duration, *conns)
+		case "https/1.1":
+			r, err = runWrk("https", m.t.tls, *duration, *conns)
+		case "h2c":
+			r, err = runH2load(m.t.h2, *duration, *conns)
+		}
+		cpu1, user1 := treeCPU(m.t.cmd)
 		if prof != nil {
 			if err := <-prof; err != nil {
 				log.Printf("profile: %v", err)
 			} else {
-				log.Printf("profile: %s", *profile)
+				log.Printf("profile: %s", profPath)
 			}
 		}
-		r.Target, r.Protocol = t.name, "http/1.1"
+		r.Target, r.Protocol = m.t.name, m.proto
 		if err != nil {
 			r.Errors = err.Error()
 		}
-		cpu1, user1 := treeCPU(t.cmd)
 		r.CPUSeconds = cpu1 - cpu0
-		if r.Requests > 0 && t.cmd != nil {
+		if r.Requests > 0 && m.t.cmd != nil {
 			r.CPUusPerReq = r.CPUSeconds / r.Requests * 1e6
 			r.UserUsPerReq = (user1 - user0) / r.Requests * 1e6
 		}
-		results = append(results, r)
-		log.Printf("%-9s http/1.1 %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req (user %5.1f) %s", t.name, r.RPS, r.P50ms, r.P99ms, r.CPUusPerReq, r.UserUsPerReq, r.Errors)
-		if t.tls != 0 {
-			// HTTP/1.1 over TLS: keep-alive connections, so the handshakes
-			// are few and the cost is the records' (with wrk's warm-up).
-			_, _ = runWrk("https", t.tls, 2*time.Second, *conns)
-			cpu0, user0 := treeCPU(t.cmd)
-			rt, err := runWrk("https", t.tls, *duration, *conns)
-			rt.Target, rt.Protocol = t.name, "https/1.1"
-			if err != nil {
-				rt.Errors = err.Error()
-			}
-			cpu1, user1 := treeCPU(t.cmd)
-			rt.CPUSeconds = cpu1 - cpu0
-			if rt.Requests > 0 {
-				rt.CPUusPerReq = rt.CPUSeconds / rt.Requests * 1e6
-				rt.UserUsPerReq = (user1 - user0) / rt.Requests * 1e6
-			}
-			results = append(results, rt)
-			log.Printf("%-9s https    %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %5.1f µs CPU/req (user %5.1f) %s", t.name, rt.RPS, rt.P50ms, rt.P99ms, rt.CPUusPerReq, rt.UserUsPerReq, rt.Errors)
+		lat := fmt.Sprintf("p50 %6.3f ms  p99 %6.3f ms", r.P50ms, r.P99ms)
+		if m.proto == "h2c" {
+			lat = fmt.Sprintf("mean %6.3f ms              ", r.MeanMs)
 		}
-		if t.h2 == 0 {
-			continue
+		log.Printf("round %d  %-13s %-9s %10.0f req/s  %s  %5.1f µs CPU/req (user %5.1f) %s", round+1, m.t.name, m.proto, r.RPS, lat, r.CPUusPerReq, r.UserUsPerReq, r.Errors)
+		return r
+	}
+	rounds := make([][]result, len(plan))
+	for round := range max(*reps, 1) {
+		for i, m := range plan {
+			rounds[i] = append(rounds[i], measure(m, round))
 		}
-		var prof2 chan error
-		if *profileH2 != "" && t.cmd == nova {
-			prof2 = make(chan error, 1)
-			go func() { prof2 <- fetchProfile(novaOps, max(*duration-time.Second, time.Second), *profileH2) }()
-		}
-		cpu0, user0 = treeCPU(t.cmd)
-		r2, err := runH2load(t.h2, *duration, *conns)
-		if prof2 != nil {
-			if err := <-prof2; err != nil {
-				log.Printf("profile: %v", err)
-			} else {
-				log.Printf("profile: %s", *profileH2)
-			}
-		}
-		r2.Target, r2.Protocol = t.name, "h2c"
-		if err != nil {
-			r2.Errors = err.Error()
-		}
-		cpu1, user1 = treeCPU(t.cmd)
-		r2.CPUSeconds = cpu1 - cpu0
-		if r2.Requests > 0 {
-			r2.CPUusPerReq = r2.CPUSeconds / r2.Requests * 1e6
-			r2.UserUsPerReq = (user1 - user0) / r2.Requests * 1e6
-		}
-		results = append(results, r2)
-		log.Printf("%-9s h2c      %10.0f req/s  mean %6.3f ms               %5.1f µs CPU/req (user %5.1f) %s", t.name, r2.RPS, r2.MeanMs, r2.CPUusPerReq, r2.UserUsPerReq, r2.Errors)
+	}
+	results := make([]result, len(plan))
+	for i, rs := range rounds {
+		results[i] = median(rs)
 	}
 	if err := writeReport(*out, results, *duration, *conns); err != nil {
 		fail("%v", err)
@@ -551,7 +579,31 @@ func runH2load(port int, d time.Duration, conns int) (result, error) {
 	return r, nil
 }
 
+// perRound is a[i]/b[i] for each round both have.
+func perRound(a, b []float64) []float64 {
+	var q []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			q = append(q, a[i]/b[i])
+		}
+	}
+	return q
+}
+
+// list formats each value with format, comma-separated.
+func list(vs []float64, format string) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprintf(format, v)
+	}
+	return strings.Join(s, ", ")
+}
+
 func writeReport(dir string, rs []result, d time.Duration, conns int) error {
+	rounds := 0
+	if len(rs) > 0 {
+		rounds = len(rs[0].RoundsRPS)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -570,11 +622,11 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 	}
 	var b strings.Builder
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "# HTTP proxy benchmark, %s\n\nMachine %s, %d CPUs, %s. Each proxy pinned to CPU 1 (one worker/thread; novaedge with GOMAXPROCS=1); wrk/h2load and the nginx backend on CPU 0. %s per measurement, %d connections (h2load: %d clients × 16 streams). Response: 19 bytes. https/1.1: keep-alive HTTP/1.1 over TLS (one ECDSA P-256 certificate for every proxy; the backend is plain HTTP).\n\n",
-		stamp, host, runtime.NumCPU(), runtime.Version(), d, conns, max(conns/4, 1))
+	fmt.Fprintf(&b, "# HTTP proxy benchmark, %s\n\nMachine %s, %d CPUs, %s. Each proxy pinned to CPU 1 (one worker/thread; novaedge with GOMAXPROCS=1); wrk/h2load and the nginx backend on CPU 0. %d rounds of %s per target and protocol, one round after the other; each row is the round with the median rate, the last column every round's rate. %d connections (h2load: %d clients × 16 streams). Response: 19 bytes. https/1.1: keep-alive HTTP/1.1 over TLS (one ECDSA P-256 certificate for every proxy; the backend is plain HTTP).\n\n",
+		stamp, host, runtime.NumCPU(), runtime.Version(), rounds, d, conns, max(conns/4, 1))
 	for _, proto := range []string{"http/1.1", "https/1.1", "h2c"} {
 		ha := find("haproxy", proto)
-		fmt.Fprintf(&b, "## %s\n\n| target | req/s | vs HAProxy | p50 ms | p99 ms | mean ms | proxy CPU µs/req | of it user | errors |\n|---|---|---|---|---|---|---|---|---|\n", proto)
+		fmt.Fprintf(&b, "## %s\n\n| target | req/s | vs HAProxy | p50 ms | p99 ms | mean ms | proxy CPU µs/req | of it user | errors | rounds (req/s) |\n|---|---|---|---|---|---|---|---|---|---|\n", proto)
 		for _, r := range rs {
 			if r.Protocol != proto {
 				continue
@@ -583,12 +635,13 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 			if ha != nil && ha.RPS > 0 {
 				ratio = fmt.Sprintf("%.2f", r.RPS/ha.RPS)
 			}
-			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", r.Target, r.RPS, ratio, num(r.P50ms), num(r.P99ms), num(r.MeanMs), num(r.CPUusPerReq), num(r.UserUsPerReq), r.Errors)
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Target, r.RPS, ratio, num(r.P50ms), num(r.P99ms), num(r.MeanMs), num(r.CPUusPerReq), num(r.UserUsPerReq), r.Errors, list(r.RoundsRPS, "%.0f"))
 		}
 		b.WriteString("\n")
 	}
 	if nv, ha := find("novaedge", "http/1.1"), find("haproxy", "http/1.1"); nv != nil && ha != nil && ha.RPS > 0 && ha.P99ms > 0 {
-		fmt.Fprintf(&b, "NovaEdge / HAProxy: throughput %.2f×, p99 %.2f× (goal ≥ 1.0× and ≤ 1.2×).\n", nv.RPS/ha.RPS, nv.P99ms/ha.P99ms)
+		fmt.Fprintf(&b, "NovaEdge / HAProxy: throughput %.2f×, p99 %.2f× (goal ≥ 1.0× and ≤ 1.2×); throughput in each round %s, its CPU per request / HAProxy's in each round %s.\n",
+			nv.RPS/ha.RPS, nv.P99ms/ha.P99ms, list(perRound(nv.RoundsRPS, ha.RoundsRPS), "%.2f×"), list(perRound(nv.RoundsCPUus, ha.RoundsCPUus), "%.2f×"))
 	}
 	if nv, bs := find("novaedge", "http/1.1"), find("novaedge-base", "http/1.1"); nv != nil && bs != nil && bs.RPS > 0 && bs.CPUusPerReq > 0 {
 		fmt.Fprintf(&b, "NovaEdge / baseline agent (-baseline-agent): throughput %.2f×, CPU per request %.2f× (user space %.2f×).\n", nv.RPS/bs.RPS, nv.CPUusPerReq/bs.CPUusPerReq, nv.UserUsPerReq/max(bs.UserUsPerReq, 1e-9))
