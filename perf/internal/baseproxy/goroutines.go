@@ -90,7 +90,7 @@ func (p *gpool) put(u *gconn) {
 
 func (p *gpool) serve(nc net.Conn) {
 	c := &gconn{Conn: nc, in: make([]byte, 0, 16<<10)}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for {
 		end := c.head()
 		if end < 0 {
@@ -104,7 +104,7 @@ func (p *gpool) serve(nc net.Conn) {
 			return
 		}
 		if !p.exchange(c, u, end) {
-			u.Close()
+			_ = u.Close()
 			return
 		}
 		c.in = c.in[:copy(c.in, c.in[end:])]

@@ -123,7 +123,7 @@ func lookup(fs []field, name string) []byte {
 
 func (p *leanProxy) serve(nc net.Conn) {
 	c := &gconn{Conn: nc, in: make([]byte, 0, 4<<10)}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	client, _, _ := net.SplitHostPort(nc.RemoteAddr().String())
 	var fields [32]field
 	out := make([]byte, 0, 4<<10)
