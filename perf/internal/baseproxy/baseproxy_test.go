@@ -37,12 +37,7 @@ func testServe(t *testing.T, serve func(addr, backend string) error) {
 	}))
 	defer backend.Close()
 	addr := start(t, serve, backend.Listener.Addr().String())
-	c, err := net.Dial("tcp4", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dial(t, addr)
 	br := bufio.NewReader(c)
 	get := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
 	read := func() string {
@@ -74,24 +69,34 @@ func testServe(t *testing.T, serve func(addr, backend string) error) {
 		}
 	}
 
-	ends := func(name, req string) {
-		t.Helper()
-		c2, err := net.Dial("tcp4", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = c2.Close() }()
-		_ = c2.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c2, req); err != nil {
-			t.Fatal(err)
-		}
-		rest, err := io.ReadAll(c2)
-		if err != nil || len(rest) != 0 {
-			t.Errorf("%s: read %q, %v; want the connection closed with nothing sent", name, rest, err)
-		}
+	ends(t, addr, "request body", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+	ends(t, addr, "answer without length", get("/stream"))
+}
+
+// dial connects to addr with a deadline, closed when the test ends.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ends("request body", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
-	ends("answer without length", get("/stream"))
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+// ends checks that the proxy at addr ends a connection on which req was
+// sent without answering it.
+func ends(t *testing.T, addr, name, req string) {
+	t.Helper()
+	c := dial(t, addr)
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(c)
+	if err != nil || len(rest) != 0 {
+		t.Errorf("%s: read %q, %v; want the connection closed with nothing sent", name, rest, err)
+	}
 }
 
 // start runs serve on a free loopback port and returns the address once it

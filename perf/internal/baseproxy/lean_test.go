@@ -3,12 +3,10 @@ package baseproxy
 import (
 	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestServeLean runs the lean proxy against a real backend over loopback: keep-alive
@@ -29,12 +27,7 @@ func TestServeLean(t *testing.T) {
 	}))
 	defer backend.Close()
 	addr := start(t, ServeLean, backend.Listener.Addr().String())
-	c, err := net.Dial("tcp4", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dial(t, addr)
 	br := bufio.NewReader(c)
 	ids := map[string]bool{}
 	for _, tc := range []struct{ path, extra, seen string }{
@@ -76,18 +69,6 @@ func TestServeLean(t *testing.T) {
 		"bad name":      "GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n",
 		"absolute form": "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
-		c2, err := net.Dial("tcp4", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c2.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c2, req); err != nil {
-			t.Fatal(err)
-		}
-		rest, err := io.ReadAll(c2)
-		if err != nil || len(rest) != 0 {
-			t.Errorf("%s: read %q, %v; want the connection closed with nothing sent", name, rest, err)
-		}
-		_ = c2.Close()
+		ends(t, addr, name, req)
 	}
 }
