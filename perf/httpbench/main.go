@@ -650,7 +650,7 @@ func writeReport(dir string, rs []result, d time.Duration, conns int) error {
 		fmt.Fprintf(&b, "NovaEdge / plain httputil.ReverseProxy: throughput %.2f×.\n", nv.RPS/rp.RPS)
 	}
 	if ep, ha := find("go-epoll", "http/1.1"), find("haproxy", "http/1.1"); ep != nil && ha != nil && ha.RPS > 0 {
-		fmt.Fprintf(&b, "The one-thread epoll proxy in Go (perf/internal/baseproxy: forwards heads unchanged, no routing, no header handling) / HAProxy: throughput %.2f×; what a Go proxy with an event loop instead of a goroutine per connection could reach at most.\n", ep.RPS/ha.RPS)
+		fmt.Fprintf(&b, "The one-thread epoll proxy in Go (perf/internal/baseproxy: forwards heads unchanged, no routing, no header handling) / HAProxy: throughput %.2f×; the ceiling of a Go proxy on this machine.\n", ep.RPS/ha.RPS)
 	}
 	if gp, ha := find("go-goroutines", "http/1.1"), find("haproxy", "http/1.1"); gp != nil && ha != nil && ha.RPS > 0 {
 		fmt.Fprintf(&b, "The same minimal proxy with a goroutine per connection / HAProxy: throughput %.2f×; what a goroutine per connection costs before any HTTP work.\n", gp.RPS/ha.RPS)
