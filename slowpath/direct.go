@@ -50,6 +50,13 @@ func (x *exchange) serveDirect(w http.ResponseWriter, r *http.Request) {
 		x.errorHandler(w, r, err)
 		return
 	}
+	if _, _, fields := x.scratch.Fields(); fields {
+		// The raw path passes the fields on as they are, unless the
+		// response needs the header map after all.
+		if !x.rawFields || !x.responseFields(x.sw.ResponseWriter) {
+			resp.Header = x.scratch.BuildHeader()
+		}
+	}
 	_ = x.modifyResponse(resp)
 	dst := w.Header()
 	addEndToEnd(dst, resp.Header)

@@ -25,6 +25,7 @@ import (
 	"github.com/novaedge/novaedge/slowpath/endpoint"
 	"github.com/novaedge/novaedge/slowpath/health"
 	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 	"github.com/novaedge/novaedge/slowpath/lb"
 	"github.com/novaedge/novaedge/slowpath/router"
 	"github.com/novaedge/novaedge/slowpath/upstream"
@@ -96,6 +97,12 @@ type exchange struct {
 	scratch upstream.Scratch
 	// fwdVals backs rewriteOut's values of outHeader.
 	fwdVals [5]string
+	// rawFields: the request came by the raw path (serveRaw); reqFields
+	// are its fields sent as they are, and respFields the response's
+	// passed to the client.
+	rawFields  bool
+	reqFields  []httphead.Field
+	respFields []httphead.Field
 }
 
 // getExchange returns a pooled or new exchange of p.
@@ -137,6 +144,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.outURL = url.URL{}
 	x.scratch.Clear()
 	x.fwdVals = [5]string{}
+	x.rawFields, x.reqFields, x.respFields = false, x.reqFields[:0], x.respFields[:0]
 	p.exchanges.Put(x)
 }
 

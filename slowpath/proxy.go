@@ -67,6 +67,11 @@ type Options struct {
 	// listeners the plan gives to the XDP fast path: set it while no fast
 	// path runs on this node, so those services still answer.
 	ServeFastPlan bool
+	// NoRawPath turns the raw request path off (see raw.go): every
+	// HTTP/1.x request then gets a header map, as HTTP/2 and HTTP/3
+	// requests do. For comparisons and as a way out should the path
+	// misbehave.
+	NoRawPath bool
 }
 
 // Proxy is the slow path. It implements agent.Applier: each snapshot is
@@ -387,6 +392,9 @@ func (p *Proxy) serve(s *sockets.Socket) {
 		// goroutine goes on as the HTTP/2 connection's.
 		Handoff: func(c net.Conn) { hs.h2.ServeConn(c, h2.ConnOptions{Context: context.Background()}) },
 		Log:     p.log,
+	}
+	if !p.opts.NoRawPath {
+		hs.h1.Raw = &rawHandler{p: p, key: key}
 	}
 	p.servers[key] = hs
 	p.log.Info("listener open", "socket", key.String())

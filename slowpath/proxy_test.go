@@ -56,20 +56,27 @@ func (l *lockedBuf) String() string {
 
 func newEnv(t *testing.T) *env { return newEnvB(t) }
 
-func newEnvB(t testing.TB) *env {
+func newEnvB(t testing.TB) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with options changed by set (nil: none).
+func newEnvWith(t testing.TB, set func(*Options)) *env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := sockets.NewSet()
+	sset := sockets.NewSet()
 	key := sockets.Key{Network: "tcp", Addr: netip.MustParseAddrPort(ln.Addr().String())}
-	if err := set.Adopt(&sockets.Socket{Key: key, Listener: ln}); err != nil {
+	if err := sset.Adopt(&sockets.Socket{Key: key, Listener: ln}); err != nil {
 		t.Fatal(err)
 	}
 	logs := &lockedBuf{}
 	reg := prometheus.NewRegistry()
-	p := New(Options{Sockets: set, Registry: reg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), DrainTimeout: 2 * time.Second})
+	opts := Options{Sockets: sset, Registry: reg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), DrainTimeout: 2 * time.Second}
+	if set != nil {
+		set(&opts)
+	}
+	p := New(opts)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("slow path log:\n%s", logs.String())

@@ -53,6 +53,11 @@ type conn struct {
 	w        response
 	fields   [32]httphead.Field
 	hijacked bool
+	// rawReq: the current request was made by parseRaw, its fields are
+	// in head (and its string in headStr) and its Header is empty.
+	rawReq  bool
+	head    Head
+	headStr string
 	// body is the current request's body (nil: none); the handler may
 	// replace Request.Body, the server still drains this one.
 	body *body
@@ -369,7 +374,19 @@ func (c *conn) handle(r *http.Request) (keep bool) {
 			keep = false
 		}
 	}()
-	c.s.Handler.ServeHTTP(w, r)
+	if c.rawReq {
+		c.rawReq = false
+		served := c.s.Raw.ServeRaw(w, r, &c.head)
+		if !served {
+			c.buildHeader(r)
+		}
+		c.head, c.headStr = Head{}, ""
+		if !served {
+			c.s.Handler.ServeHTTP(w, r)
+		}
+	} else {
+		c.s.Handler.ServeHTTP(w, r)
+	}
 	if c.hijacked {
 		return false
 	}

@@ -78,6 +78,11 @@ func (c *conn) parse(block []byte) (*http.Request, *httpError) {
 		return nil, bad(err.Error())
 	}
 	s := string(block) // the one copy: method, target and fields are its substrings
+	if c.s.Raw != nil {
+		if r := c.parseRaw(s, block, len(line), sp1, sp2, minor, fields); r != nil {
+			return r, nil
+		}
+	}
 	// The map and its values' array are the connection's: a handler is
 	// done with the request when it returns.
 	h, vals := httphead.BuildHeader(c.hdr, c.vals, s, block, fields, commonKeys)
@@ -113,6 +118,73 @@ func (c *conn) parse(block []byte) (*http.Request, *httpError) {
 	}
 	r.Close = r.Close || shouldClose(minor, h["Connection"])
 	return r, nil
+}
+
+// parseRaw makes the connection's request of a head that the raw handler
+// may serve (see RawHandler): a request without a body, in origin form,
+// with one valid Host field and no Upgrade or Expect. Its Header is left
+// empty; the fields stay in c.head. It returns nil for any other head,
+// which parse then treats in full.
+func (c *conn) parseRaw(s string, block []byte, lineEnd, sp1, sp2, minor int, fields []httphead.Field) *http.Request {
+	host := -1
+	for i, f := range fields {
+		switch string(block[f.K0:f.K1]) {
+		case "Host":
+			if host >= 0 {
+				return nil
+			}
+			host = i
+		case "Content-Length", "Transfer-Encoding", "Upgrade", "Expect":
+			return nil
+		}
+	}
+	if host < 0 {
+		return nil
+	}
+	hostVal := s[fields[host].V0:fields[host].V1]
+	if !httpguts.ValidHostHeader(hostVal) {
+		return nil
+	}
+	method := s[:sp1]
+	if method == http.MethodConnect {
+		return nil
+	}
+	u := &c.url
+	*u = url.URL{}
+	if !httphead.ParseOriginForm(u, s[sp1+1:sp2]) {
+		return nil
+	}
+	r := &c.req
+	*r = *c.tmpl
+	r.Method = internMethod(method)
+	r.RequestURI = s[sp1+1 : sp2]
+	r.URL = u
+	r.Proto, r.ProtoMajor, r.ProtoMinor = s[sp2+1:lineEnd], 1, minor
+	clear(c.hdr)
+	r.Header = c.hdr
+	r.RemoteAddr = c.remote
+	r.Host = hostVal
+	r.ContentLength = 0
+	r.Body = http.NoBody
+	c.body = nil
+	if minor == 0 {
+		r.Close = !httphead.FieldsHaveToken(block, fields, "Connection", "keep-alive")
+	} else {
+		r.Close = httphead.FieldsHaveToken(block, fields, "Connection", "close")
+	}
+	c.rawReq = true
+	c.head = Head{Block: block, Fields: fields}
+	c.headStr = s
+	return r
+}
+
+// buildHeader fills the Header of a request parseRaw made, for a handler
+// that needs it after all.
+func (c *conn) buildHeader(r *http.Request) {
+	h, vals := httphead.BuildHeader(c.hdr, c.vals, c.headStr, c.head.Block, c.head.Fields, commonKeys)
+	c.vals = vals
+	delete(h, "Host")
+	r.Header = h
 }
 
 // parseTarget sets the request's URL (and Host for an absolute target).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // holdBack is how much of a response body without a declared length is
@@ -39,11 +41,43 @@ type response struct {
 	trailers    []string // declared trailer names
 	buf         []byte   // body held back (holdBack)
 	scratch     [64]byte
+	// fields are header fields of block that the response carries after
+	// hdr's (SetResponseFields).
+	block  []byte
+	fields []httphead.Field
 }
 
 func (w *response) reset(r *http.Request) {
 	clear(w.hdr)
 	*w = response{c: w.c, r: r, hdr: w.hdr, clen: -1, buf: w.buf[:0], trailers: w.trailers[:0]}
+}
+
+// SetResponseFields adds header fields to w's response (w must be this
+// server's ResponseWriter, else it reports false): those of block that
+// fields locate, written as they are after the Header's. They must be
+// valid (httphead.ScanFields checked them) and end-to-end, and must not
+// repeat a name of the Header or be Connection, Transfer-Encoding or
+// Trailer; a Content-Length among them frames the response as one in the
+// Header would. Call it before WriteHeader; block and fields must stay
+// unchanged until the handler returns. A proxy passes an upstream
+// response's fields this way without building a header map for them.
+func SetResponseFields(w http.ResponseWriter, block []byte, fields []httphead.Field) bool {
+	rw, ok := w.(*response)
+	if !ok || rw.wroteHeader || rw.finished {
+		return false
+	}
+	rw.block, rw.fields = block, fields
+	return true
+}
+
+// fieldsHave reports whether the response's fields include name.
+func (w *response) fieldsHave(name string) bool {
+	for _, f := range w.fields {
+		if f.Is(w.block, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Header returns the response header.
@@ -64,6 +98,13 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
+	if len(w.fields) > 0 {
+		if n, err := httphead.ContentLength(w.block, w.fields, errMalformed); err == nil {
+			w.clen = n
+		} else {
+			w.dropLength()
+		}
+	}
 	if cl := w.hdr["Content-Length"]; len(cl) > 0 {
 		n, err := strconv.ParseInt(cl[0], 10, 64)
 		if err != nil || n < 0 || len(cl) > 1 && !allSame(cl) {
@@ -73,6 +114,18 @@ func (w *response) WriteHeader(code int) {
 		}
 	}
 	w.noBody = w.r.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+}
+
+// dropLength leaves out of the response's fields a Content-Length that
+// does not parse, as WriteHeader does with the Header's.
+func (w *response) dropLength() {
+	kept := w.fields[:0:0]
+	for _, f := range w.fields {
+		if !f.Is(w.block, "Content-Length") {
+			kept = append(kept, f)
+		}
+	}
+	w.fields = kept
 }
 
 func allSame(vs []string) bool {
@@ -222,17 +275,23 @@ func (w *response) sendHead(final bool) {
 	_, _ = bw.Write(b)
 	delete(h, "Connection")
 	delete(h, "Transfer-Encoding")
-	if _, ok := h["Date"]; !ok {
+	if _, ok := h["Date"]; !ok && !w.fieldsHave("Date") {
 		b = appendDate(w.scratch[:0], time.Now())
 		_, _ = bw.Write(b)
 	}
-	if _, declared := h["Content-Length"]; !declared && w.clen >= 0 && !w.noBody && w.status >= 200 {
+	if _, declared := h["Content-Length"]; !declared && !w.fieldsHave("Content-Length") && w.clen >= 0 && !w.noBody && w.status >= 200 {
 		b = append(w.scratch[:0], "Content-Length: "...)
 		b = strconv.AppendInt(b, w.clen, 10)
 		b = append(b, '\r', '\n')
 		_, _ = bw.Write(b)
 	}
 	writeFields(bw, h)
+	for _, f := range w.fields {
+		_, _ = bw.Write(f.Name(w.block))
+		_, _ = bw.WriteString(": ")
+		_, _ = bw.Write(f.Value(w.block))
+		_, _ = bw.WriteString("\r\n")
+	}
 	if w.chunked {
 		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}

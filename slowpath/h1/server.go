@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 	"github.com/novaedge/novaedge/slowpath/internal/wbatch"
 )
 
@@ -61,6 +62,10 @@ type Server struct {
 	// server to serve; the connection replays what was read of it. Nil:
 	// such a connection gets 400 (or 505) and is closed.
 	Handoff func(net.Conn)
+	// Raw, if set, is offered every request that has no body, an
+	// origin-form target, one Host field and no Upgrade or Expect field,
+	// before its header map is built (see RawHandler).
+	Raw RawHandler
 	// Log gets one debug line per rejected request and an error per
 	// handler panic. Nil: slog's default.
 	Log *slog.Logger
@@ -233,4 +238,22 @@ func appendDate(b []byte, now time.Time) []byte {
 		dateLine.Store(d)
 	}
 	return append(b, d.line...)
+}
+
+// RawHandler serves requests from their header fields as read, which
+// saves building a header map for the request (and, through
+// SetResponseFields, writing one for the response).
+type RawHandler interface {
+	// ServeRaw serves r, whose Header is empty: its header fields are in
+	// h (Host among them). It returns false, having written nothing and
+	// kept nothing of r or h, to have the server build r.Header and
+	// serve r with Handler instead. h is valid until ServeRaw returns.
+	ServeRaw(w http.ResponseWriter, r *http.Request, h *Head) bool
+}
+
+// Head is a request head as read: Fields locate the header fields in
+// Block, with keys in canonical form.
+type Head struct {
+	Block  []byte
+	Fields []httphead.Field
 }

@@ -65,6 +65,11 @@ type redirect struct {
 	listenerHTTPS bool
 }
 
+// None reports whether the rule has no filter at all.
+func (f *Filters) None() bool {
+	return f.reqHeaders == nil && f.respHeaders == nil && f.rewrite == nil && f.redirect == nil && len(f.mirrors) == 0
+}
+
 // HasRedirect reports whether the rule answers with a redirect (then its
 // backends are not used).
 func (f *Filters) HasRedirect() bool { return f.redirect != nil }

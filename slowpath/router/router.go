@@ -18,6 +18,8 @@ type Router struct {
 	wildcard map[string]*group // by ".suffix" of "*.suffix"
 	any      *group            // routes that accept every host
 	rules    []*Rule
+	// headers: a match tests a header field other than Host.
+	headers bool
 }
 
 // group holds the entries of the routes whose effective hostnames include
@@ -172,6 +174,11 @@ func Compile(l *pb.Listener, routes []*pb.Route) (*Router, error) {
 		for i := range rules {
 			rt.rules = append(rt.rules, &rules[i])
 		}
+		for i := range entries {
+			for _, h := range entries[i].conds().headers {
+				rt.headers = rt.headers || !h.host
+			}
+		}
 		for i, h := range effectiveHostnames(listenerHosts, routeHosts) {
 			g := groups[h]
 			if g == nil {
@@ -218,6 +225,11 @@ func (rt *Router) Listener() string { return rt.listener }
 // Rules returns the compiled rules of every attached route, in route and
 // rule order. The slice is shared and must not be modified.
 func (rt *Router) Rules() []*Rule { return rt.rules }
+
+// MatchesHeaders reports whether a match of the router tests a header
+// field other than Host: without one, Match reads only the request's
+// method, host, path and query, and an empty Request.Header will do.
+func (rt *Router) MatchesHeaders() bool { return rt.headers }
 
 // Match finds the rule for a request (see the package comment for the
 // semantics); ok is false when no rule matches, which the proxy answers with

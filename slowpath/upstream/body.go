@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // response is a response and its body, allocated together.
@@ -25,8 +27,16 @@ type response struct {
 // s (nil: none) is where the response is built.
 func (c *conn) response(ctx context.Context, req *http.Request, method string, h head, mustClose bool, s *Scratch) (*http.Response, error) {
 	hdr := h.header
-	closing := mustClose || req.Close || httpguts.HeaderValuesContainsToken(hdr["Connection"], "close")
-	if h.minor == 0 && !httpguts.HeaderValuesContainsToken(hdr["Connection"], "keep-alive") {
+	var connClose, keepAlive bool
+	if h.raw {
+		connClose = httphead.FieldsHaveToken(h.block, h.fields, "Connection", "close")
+		keepAlive = h.minor == 0 && httphead.FieldsHaveToken(h.block, h.fields, "Connection", "keep-alive")
+	} else {
+		connClose = httpguts.HeaderValuesContainsToken(hdr["Connection"], "close")
+		keepAlive = h.minor == 0 && httpguts.HeaderValuesContainsToken(hdr["Connection"], "keep-alive")
+	}
+	closing := mustClose || req.Close || connClose
+	if h.minor == 0 && !keepAlive {
 		closing = true // HTTP/1.0 closes unless told otherwise
 	}
 	var r *response
@@ -84,7 +94,14 @@ func (c *conn) response(ctx context.Context, req *http.Request, method string, h
 		}
 	}
 	length := int64(-1)
-	if !chunked && !tillClose {
+	if h.raw {
+		// Fields are given only without Transfer-Encoding (parseFields).
+		n, err := httphead.ContentLength(h.block, h.fields, ErrMalformedResponse)
+		if err != nil {
+			return nil, c.abort(fmt.Errorf("response from %s: %w", c.p.addr, err))
+		}
+		length = n
+	} else if !chunked && !tillClose {
 		n, err := parseContentLength(hdr["Content-Length"])
 		if err != nil {
 			return nil, c.abort(fmt.Errorf("response from %s: %w", c.p.addr, err))

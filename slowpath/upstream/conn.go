@@ -179,7 +179,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request, host string, bo
 		}
 	}
 	expect := body != nil && t.ExpectContinueTimeout > 0 && httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue")
-	c.writeHead(req, method, host, length, chunked)
+	c.writeHead(req, method, host, length, chunked, s)
 
 	// Deadlines for reading the head: while the body waits for a 100
 	// Continue, until ExpectContinueTimeout; once the body is sent,
@@ -285,14 +285,19 @@ func (c *conn) readHead(s *Scratch) (head, error) {
 	if err != nil {
 		return head{}, err
 	}
-	if s != nil {
-		h, err := parseHead(block, s.header)
-		if err == nil {
-			s.header = h.header
-		}
-		return h, err
+	if s == nil {
+		return parseHead(block, nil)
 	}
-	return parseHead(block, nil)
+	var h head
+	if s.wantFields {
+		h, err = parseFields(block, s)
+	} else {
+		h, err = parseHead(block, s.header)
+	}
+	if err == nil {
+		s.header = h.header
+	}
+	return h, err
 }
 
 // headErr ends the exchange after readHead failed.
@@ -311,7 +316,7 @@ func (c *conn) headErr(ctx context.Context, err error, headDeadline bool) error 
 }
 
 // writeHead buffers the request line and header fields.
-func (c *conn) writeHead(req *http.Request, method, host string, length int64, chunked bool) {
+func (c *conn) writeHead(req *http.Request, method, host string, length int64, chunked bool, s *Scratch) {
 	w := c.bw
 	_, _ = w.WriteString(method)
 	_ = w.WriteByte(' ')
@@ -331,6 +336,14 @@ func (c *conn) writeHead(req *http.Request, method, host string, length int64, c
 			_, _ = w.WriteString(k)
 			_, _ = w.WriteString(": ")
 			_, _ = w.WriteString(v)
+			_, _ = w.WriteString("\r\n")
+		}
+	}
+	if s != nil {
+		for _, f := range s.reqFields {
+			_, _ = w.Write(f.Name(s.reqBlock))
+			_, _ = w.WriteString(": ")
+			_, _ = w.Write(f.Value(s.reqBlock))
 			_, _ = w.WriteString("\r\n")
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
@@ -16,7 +17,12 @@ type head struct {
 	code   int
 	minor  int    // HTTP/1.minor
 	status string // "200 OK"
+	// header holds the fields, unless the head was parsed into a
+	// Scratch's fields (raw).
 	header http.Header
+	raw    bool
+	block  []byte
+	fields []httphead.Field
 }
 
 // readBlock reads a head up to and including the empty line that ends it.
@@ -28,47 +34,122 @@ func (c *conn) readBlock(limit int) ([]byte, error) {
 // parseHead parses a status line and header fields, into hdr (cleared
 // first; nil: a new map).
 func parseHead(block []byte, hdr http.Header) (head, error) {
+	var stack [32]httphead.Field
+	h, fields, err := scanHead(block, stack[:0])
+	if err != nil {
+		return h, err
+	}
+	s := string(block) // the one copy: status, keys and values are its substrings
+	line := httphead.TrimCR(block[:bytes.IndexByte(block, '\n')])
+	h.status = s[statusStart(line):len(line)]
+	// Values get an array of their own: the client's header map refers
+	// to them after the exchange, which a reused array would overwrite.
+	h.header, _ = httphead.BuildHeader(hdr, nil, s, block, fields, commonKeys)
+	return h, nil
+}
+
+// parseFields parses a head into s's fields when its framing can be read
+// from them alone (see Scratch.WantFields); otherwise as parseHead does,
+// into s's header map.
+func parseFields(block []byte, s *Scratch) (head, error) {
+	s.hasFields = false
+	h, fields, err := scanHead(block, s.fields[:0])
+	if err != nil {
+		return h, err
+	}
+	s.fields = fields
+	if h.code < 200 || h.code == http.StatusSwitchingProtocols || !plainFields(block, fields) {
+		return parseHead(block, s.header)
+	}
+	s.block = append(s.block[:0], block...)
+	s.hasFields = true
+	if s.header == nil {
+		s.header = make(http.Header)
+	}
+	clear(s.header)
+	line := httphead.TrimCR(block[:bytes.IndexByte(block, '\n')])
+	h.status = statusText(h.code, line[statusStart(line)+3:])
+	h.header = s.header
+	h.raw, h.block, h.fields = true, s.block, fields
+	return h, nil
+}
+
+// plainFields reports whether a response's framing and fields are what
+// the fields path handles: no Transfer-Encoding, no Trailer, no folded
+// line.
+func plainFields(block []byte, fields []httphead.Field) bool {
+	for _, f := range fields {
+		if f.K0 < 0 || f.Is(block, "Transfer-Encoding") || f.Is(block, "Trailer") {
+			return false
+		}
+	}
+	return true
+}
+
+// scanHead checks a head's status line and scans its fields.
+func scanHead(block []byte, fields []httphead.Field) (head, []httphead.Field, error) {
 	var h head
 	e := bytes.IndexByte(block, '\n')
 	line := httphead.TrimCR(block[:e])
 	// HTTP/1.x SP 3DIGIT [SP reason]
 	if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[7] < '0' || line[7] > '9' || line[8] != ' ' {
-		return h, fmt.Errorf("status line %q: %w", httphead.Clip(line), ErrMalformedResponse)
+		return h, nil, fmt.Errorf("status line %q: %w", httphead.Clip(line), ErrMalformedResponse)
 	}
 	h.minor = int(line[7] - '0')
-	i := 9
-	for i < len(line) && line[i] == ' ' {
-		i++ // tolerate extra spaces, as net/http does
-	}
-	statusStart := i
+	i := statusStart(line)
 	if i+3 > len(line) || (i+3 < len(line) && line[i+3] != ' ') {
-		return h, fmt.Errorf("status line %q: %w", httphead.Clip(line), ErrMalformedResponse)
+		return h, nil, fmt.Errorf("status line %q: %w", httphead.Clip(line), ErrMalformedResponse)
 	}
 	for _, d := range line[i : i+3] {
 		if d < '0' || d > '9' {
-			return h, fmt.Errorf("status line %q: %w", httphead.Clip(line), ErrMalformedResponse)
+			return h, nil, fmt.Errorf("status line %q: %w", httphead.Clip(line), ErrMalformedResponse)
 		}
 		h.code = h.code*10 + int(d-'0')
 	}
 	if h.code < 100 {
-		return h, fmt.Errorf("status code %d: %w", h.code, ErrMalformedResponse)
+		return h, nil, fmt.Errorf("status code %d: %w", h.code, ErrMalformedResponse)
 	}
 	for _, b := range line[i+3:] {
 		if b < ' ' && b != '\t' || b == 0x7f {
-			return h, fmt.Errorf("control character in the status line: %w", ErrMalformedResponse)
+			return h, nil, fmt.Errorf("control character in the status line: %w", ErrMalformedResponse)
 		}
 	}
-	var stack [32]httphead.Field
-	fields, err := httphead.ScanFields(block, e+1, stack[:0], ErrMalformedResponse, false)
-	if err != nil {
-		return h, err
+	fields, err := httphead.ScanFields(block, e+1, fields, ErrMalformedResponse, false)
+	return h, fields, err
+}
+
+// statusStart is the offset of the status code in a status line: after
+// "HTTP/1.x " and any more spaces, which net/http tolerates too.
+func statusStart(line []byte) int {
+	i := 9
+	for i < len(line) && line[i] == ' ' {
+		i++
 	}
-	s := string(block) // the one copy: status, keys and values are its substrings
-	h.status = s[statusStart:len(line)]
-	// Values get an array of their own: the client's header map refers
-	// to them after the exchange, which a reused array would overwrite.
-	h.header, _ = httphead.BuildHeader(hdr, nil, s, block, fields, commonKeys)
-	return h, nil
+	return i
+}
+
+// statusLines are "<code> <reason>" for the codes net/http names.
+var statusLines = func() map[int]string {
+	m := make(map[int]string)
+	for code := 100; code < 600; code++ {
+		if t := http.StatusText(code); t != "" {
+			m[code] = strconv.Itoa(code) + " " + t
+		}
+	}
+	return m
+}()
+
+// statusText is Response.Status: without an allocation when the reason is
+// the usual one.
+func statusText(code int, reason []byte) string {
+	reason = bytes.TrimLeft(reason, " ")
+	if line, ok := statusLines[code]; ok && string(reason) == line[4:] {
+		return line
+	}
+	if len(reason) == 0 {
+		return strconv.Itoa(code)
+	}
+	return strconv.Itoa(code) + " " + string(reason)
 }
 
 // parseTrailer parses the trailer section of a chunked body.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // Defaults for zero Transport fields, and fixed sizes.
@@ -115,16 +117,71 @@ func (t *Transport) RoundTripGot1xx(req *http.Request, got1xx Got1xx) (*http.Res
 // exchange at a time, so that the response and its header map need no
 // allocation of their own (a map and its growth were a third of the
 // allocations of a proxied request). The zero value is ready to use.
+//
+// A Scratch also carries what lets a proxy skip header maps altogether
+// (its raw request path): request header fields kept as the client sent
+// them (SetRequestFields), and a request for the response's fields as read
+// (WantFields, then Fields).
 type Scratch struct {
 	r      response
 	header http.Header
+
+	reqBlock  []byte
+	reqFields []httphead.Field
+
+	wantFields bool
+	// fields of the current response, when it was parsed into them: the
+	// head is copied into block, since the connection's buffer is reused
+	// by the body's reads.
+	hasFields bool
+	block     []byte
+	fields    []httphead.Field
 }
 
 // Clear drops what s refers to from its last response (the connection,
-// the request), so that a kept Scratch holds nothing alive.
+// the request), so that a kept Scratch holds nothing alive. The requests
+// set by SetRequestFields and WantFields end too.
 func (s *Scratch) Clear() {
 	s.r = response{}
 	clear(s.header)
+	s.reqBlock, s.reqFields = nil, nil
+	s.wantFields, s.hasFields = false, false
+	s.block, s.fields = s.block[:0], s.fields[:0]
+}
+
+// SetRequestFields adds header fields to the requests sent with s: fields
+// of block, sent as they are after the request's Header (which must not
+// hold the same names). They must be valid (httphead.ScanFields checked
+// them) and end-to-end; Host, Content-Length and Transfer-Encoding must
+// not be among them. block must stay unchanged until the exchange ends.
+func (s *Scratch) SetRequestFields(block []byte, fields []httphead.Field) {
+	s.reqBlock, s.reqFields = block, fields
+}
+
+// WantFields asks for the response head's fields as read rather than a
+// header map. The client gives them when the head allows (a final
+// response without Transfer-Encoding, Trailer or folded lines); the
+// response's Header is empty then, and Fields returns them.
+func (s *Scratch) WantFields() { s.wantFields = true }
+
+// Fields returns the header fields of the response built in s and the
+// head they index, when the response was given as fields (ok). They stay
+// valid until s is used again or cleared.
+func (s *Scratch) Fields() (block []byte, fields []httphead.Field, ok bool) {
+	return s.block, s.fields, s.hasFields
+}
+
+// BuildHeader fills the response's Header from its fields (a response
+// given as fields whose owner needs the map after all) and returns it.
+func (s *Scratch) BuildHeader() http.Header {
+	if !s.hasFields {
+		return s.r.resp.Header
+	}
+	s.hasFields = false
+	h, _ := httphead.BuildHeader(s.header, nil, string(s.block), s.block, s.fields, commonKeys)
+	s.header = h
+	s.r.resp.Header = h
+	return h
 }
 
 // RoundTripScratch is RoundTripGot1xx building the response in s (if not
@@ -153,7 +210,7 @@ func (t *Transport) RoundTripScratch(req *http.Request, got1xx Got1xx, s *Scratc
 		closeBody(body)
 		return nil, ctxErr(ctx)
 	}
-	replay := replayable(req)
+	replay := replayable(req) || body == nil && s != nil && idempotencyKey(s.reqBlock, s.reqFields)
 	for attempt := 0; ; attempt++ {
 		// A request that cannot be sent again checks a reused connection
 		// before writing to it, as does every second attempt.
@@ -301,6 +358,17 @@ func replayable(req *http.Request) bool {
 	_, a := req.Header["Idempotency-Key"]
 	_, b := req.Header["X-Idempotency-Key"]
 	return a || b
+}
+
+// idempotencyKey reports whether fields carry an idempotency key, which
+// makes a request replayable (see replayable).
+func idempotencyKey(block []byte, fields []httphead.Field) bool {
+	for _, f := range fields {
+		if f.Is(block, "Idempotency-Key") || f.Is(block, "X-Idempotency-Key") {
+			return true
+		}
+	}
+	return false
 }
 
 func closeBody(b io.ReadCloser) {

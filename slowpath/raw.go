@@ -1,0 +1,171 @@
+package slowpath
+
+import (
+	"bytes"
+	"net/http"
+	"time"
+
+	"github.com/novaedge/novaedge/slowpath/h1"
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
+	"github.com/novaedge/novaedge/slowpath/sockets"
+	"github.com/novaedge/novaedge/slowpath/upstream"
+)
+
+// The raw request path: the common HTTP/1.x request (no body, a route
+// without filters, a plain HTTP/1.1 backend) is proxied from its header
+// fields as read, and the backend's answer from its fields as read,
+// without a header map either way. Profiles put building, copying and
+// writing those maps at about a third of the CPU time of such a request.
+// The exchange is the same as for any other request (balancing, retries,
+// breakers, timeouts, outlier reports, metrics, error pages); only the
+// headers travel differently. Anything the path does not cover is served
+// the usual way: the server builds the header map when ServeRaw declines.
+
+// rawHandler offers a socket's requests to its Proxy's raw path.
+type rawHandler struct {
+	p   *Proxy
+	key sockets.Key
+}
+
+func (h *rawHandler) ServeRaw(w http.ResponseWriter, r *http.Request, head *h1.Head) bool {
+	return h.p.serveRaw(h.key, w, r, head)
+}
+
+// serveRaw serves r from its fields, or declines (false) having done
+// nothing when the request needs what only the header map path does:
+// routing on headers, filters, compression, Alt-Svc, scheme redirects,
+// hash affinity on a header or cookie, a backend other than plain
+// HTTP/1.1, or hop-by-hop fields named in Connection.
+func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Request, head *h1.Head) bool {
+	cfg := p.cfg.Load()
+	ln := cfg.listeners[key]
+	if ln == nil || ln.altSvc != "" || ln.redirect != nil || ln.compress != nil || ln.router.MatchesHeaders() ||
+		len(r.RequestURI) > p.opts.MaxURIBytes || !plainConnection(head.Block, head.Fields) {
+		return false
+	}
+	m, ok := ln.router.Match(r)
+	if !ok || !m.Rule.Filters.None() {
+		return false
+	}
+	be, name := cfg.pickBackend(m.Rule)
+	if be == nil {
+		return false
+	}
+	if _, own := be.transport.(*upstream.Transport); !own {
+		return false
+	}
+	if hp := be.hash; hp != nil && (hp.GetHeader() != "" || hp.GetCookie() != "") {
+		return false
+	}
+
+	if rawServed != nil {
+		rawServed()
+	}
+	start := time.Now()
+	x := p.getExchange()
+	w := &x.sw
+	w.ResponseWriter = rw
+	defer func() {
+		p.metrics.observe(ln.name, m.Rule.Route, name, w.code, start)
+		p.putExchange(x)
+	}()
+	x.rawFields = true
+	x.reqFields = takeFields(x.reqFields[:0], r, head)
+	x.scratch.SetRequestFields(head.Block, x.reqFields)
+	x.scratch.WantFields()
+	p.forward(x, w, r, ln, m, be)
+	return true
+}
+
+// rawServed, when set by a test, is called for every request the raw
+// path serves.
+var rawServed func()
+
+// plainConnection reports whether the Connection fields of a head name
+// nothing but close and keep-alive: other names make fields hop-by-hop,
+// which the header map path handles.
+func plainConnection(block []byte, fields []httphead.Field) bool {
+	for _, f := range fields {
+		if !f.Is(block, "Connection") {
+			continue
+		}
+		for v := f.Value(block); len(v) > 0; {
+			var item []byte
+			item, v, _ = bytes.Cut(v, comma)
+			item = bytes.Trim(item, " \t")
+			if len(item) > 0 && !bytes.EqualFold(item, closeToken) && !bytes.EqualFold(item, keepAliveToken) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var (
+	comma          = []byte(",")
+	closeToken     = []byte("close")
+	keepAliveToken = []byte("keep-alive")
+)
+
+// hopByHopField reports whether a field of a head whose Connection fields
+// pass plainConnection is hop-by-hop: one of RFC 9110's, or named by
+// Connection (only "Close" can be, besides Keep-Alive).
+func hopByHopField(block []byte, fields []httphead.Field, name []byte) bool {
+	switch string(name) {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	case "Close":
+		return httphead.NamedByConnection(block, fields, name)
+	}
+	return false
+}
+
+// takeFields sorts a raw request's fields: those the exchange reads or
+// replaces go into r.Header (the request ID, X-Forwarded-For, Forwarded,
+// TE), as the header map path has them; the rest, minus Host and
+// hop-by-hop fields, are appended to dst to be sent as they are.
+func takeFields(dst []httphead.Field, r *http.Request, head *h1.Head) []httphead.Field {
+	block := head.Block
+	for _, f := range head.Fields {
+		var key string
+		name := f.Name(block)
+		switch string(name) {
+		case "Host", "X-Forwarded-Host", "X-Forwarded-Proto":
+			continue // in r.Host; set by rewriteOut
+		case requestIDHeader:
+			key = requestIDHeader
+		case "X-Forwarded-For":
+			key = "X-Forwarded-For"
+		case "Forwarded":
+			key = "Forwarded"
+		case "Te":
+			key = "Te"
+		default:
+			if !hopByHopField(block, head.Fields, name) {
+				dst = append(dst, f)
+			}
+			continue
+		}
+		r.Header[key] = append(r.Header[key], string(f.Value(block)))
+	}
+	return dst
+}
+
+// responseFields passes the fields of an upstream response given as fields
+// to the client's response, minus hop-by-hop ones. It reports false when
+// the client's writer cannot take fields: the caller builds the header map.
+func (x *exchange) responseFields(w http.ResponseWriter) bool {
+	block, fields, ok := x.scratch.Fields()
+	if !ok || !plainConnection(block, fields) {
+		return false
+	}
+	kept := x.respFields[:0]
+	for _, f := range fields {
+		if !hopByHopField(block, fields, f.Name(block)) {
+			kept = append(kept, f)
+		}
+	}
+	x.respFields = kept
+	return h1.SetResponseFields(w, block, kept)
+}

@@ -1,0 +1,267 @@
+package slowpath
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+)
+
+// rawResponses are what the recording backend answers, by request path:
+// heads the fields path takes and heads it leaves to the header map
+// (Transfer-Encoding, Trailer, folded lines, 1xx, hop-by-hop fields named
+// by Connection).
+var rawResponses = map[string]string{
+	"/plain":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A: 1\r\nx-b: two\r\nX-A: 3\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello",
+	"/dated":   "HTTP/1.1 404 Not Found\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 0\r\n\r\n",
+	"/reason":  "HTTP/1.1 299 Fine Thanks\r\nContent-Length: 2\r\n\r\nok",
+	"/named":   "HTTP/1.1 200 OK\r\nConnection: x-secret\r\nX-Secret: s\r\nContent-Length: 2\r\n\r\nok",
+	"/close":   "HTTP/1.1 200 OK\r\nConnection: close\r\nClose: field\r\nContent-Length: 2\r\n\r\nok",
+	"/chunked": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nok\r\n0\r\nX-T: t\r\n\r\n",
+	"/http10":  "HTTP/1.0 200 OK\r\nX-Old: yes\r\n\r\nuntil the end",
+	"/nolen":   "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
+	"/fold":    "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+	"/early":   "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+	"/204":     "HTTP/1.1 204 No Content\r\nX-E: 1\r\n\r\n",
+	"/304":     "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n",
+	"/head":    "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nX-H: 1\r\n\r\n",
+	"/badlen":  "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+}
+
+// recordingBackend is an HTTP/1.1 server that records every request head
+// as it arrived and answers with rawResponses[path] (closing after answers
+// that end with the connection).
+type recordingBackend struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	heads [][]byte
+}
+
+func startRecordingBackend(t *testing.T) *recordingBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &recordingBackend{ln: ln}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go b.serve(c)
+		}
+	}()
+	return b
+}
+
+func (b *recordingBackend) serve(c net.Conn) {
+	defer func() { _ = c.Close() }()
+	br := bufio.NewReader(c)
+	for {
+		var head []byte
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			head = append(head, line...)
+			if len(line) <= 2 && strings.TrimRight(string(line), "\r\n") == "" {
+				break
+			}
+		}
+		b.mu.Lock()
+		b.heads = append(b.heads, head)
+		b.mu.Unlock()
+		fields := strings.Fields(string(head[:bytes.IndexByte(head, '\n')]))
+		path, _, _ := strings.Cut(fields[1], "?")
+		resp, ok := rawResponses[path]
+		if !ok {
+			resp = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
+		}
+		if _, err := io.WriteString(c, resp); err != nil {
+			return
+		}
+		if strings.Contains(resp, "Connection: close") || strings.HasPrefix(resp, "HTTP/1.0") {
+			return
+		}
+	}
+}
+
+func (b *recordingBackend) take() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.heads) == 0 {
+		return nil
+	}
+	h := b.heads[0]
+	b.heads = b.heads[1:]
+	return h
+}
+
+// rawRequests are the requests sent to both proxies; raw tells whether
+// the raw path takes them.
+var rawRequests = []struct {
+	name, req string
+	raw       bool
+}{
+	{"plain", "GET {p} HTTP/1.1\r\nHost: a.example\r\nuser-agent: t\r\nAccept: */*\r\nX-Many: 1\r\nX-Many: 2\r\n\r\n", true},
+	{"forwarding fields", "GET {p}?q=1&r HTTP/1.1\r\nHost: a.example:8080\r\nX-Forwarded-For: 10.0.0.1\r\nForwarded: for=10.0.0.1\r\nX-Request-Id: abc\r\nX-Forwarded-Host: spoof\r\nX-Forwarded-Proto: https\r\nTe: trailers, deflate\r\n\r\n", true},
+	{"hop-by-hop", "GET {p} HTTP/1.1\r\nHost: a\r\nConnection: close\r\nClose: x\r\nKeep-Alive: 5\r\nProxy-Authorization: Basic eDp5\r\nProxy-Connection: keep-alive\r\nTe: deflate\r\n\r\n", true},
+	{"HTTP/1.0", "GET {p} HTTP/1.0\r\nHost: a\r\n\r\n", true},
+	{"HTTP/1.0 keep-alive", "GET {p} HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n", true},
+	{"HEAD", "HEAD {p} HTTP/1.1\r\nHost: a\r\n\r\n", true},
+	{"DELETE with an idempotency key", "DELETE {p} HTTP/1.1\r\nHost: a\r\nIdempotency-Key: k\r\n\r\n", true},
+	{"Connection names a field", "GET {p} HTTP/1.1\r\nHost: a\r\nConnection: x-foo\r\nX-Foo: 1\r\n\r\n", false},
+	{"escaped path", "GET {p}/%41b HTTP/1.1\r\nHost: a\r\n\r\n", false},
+	{"body", "POST {p} HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi", false},
+}
+
+// exchangeResult is what one request did: the head the backend got and
+// the response the client got, with what differs per request (the
+// generated request ID, Date) checked and left out.
+type exchangeResult struct {
+	upstream string
+	response string
+}
+
+func TestRawPathEquivalence(t *testing.T) {
+	var served atomic.Int64
+	rawServed = func() { served.Add(1) }
+	t.Cleanup(func() { rawServed = nil })
+
+	be := startRecordingBackend(t)
+	addr := be.ln.Addr().String()
+	rawEnv := newEnv(t)
+	mapEnv := newEnvWith(t, func(o *Options) { o.NoRawPath = true })
+	for _, e := range []*env{rawEnv, mapEnv} {
+		e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))}, []*pb.Backend{backendOf("ns/a", addr)}))
+	}
+
+	paths := make([]string, 0, len(rawResponses))
+	for p := range rawResponses {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	rawCases := 0
+	for _, rq := range rawRequests {
+		for _, path := range paths {
+			if path == "/head" && !strings.HasPrefix(rq.req, "HEAD") || rq.name == "HEAD" && path != "/head" && path != "/plain" {
+				continue
+			}
+			t.Run(rq.name+" "+path, func(t *testing.T) {
+				req := strings.ReplaceAll(rq.req, "{p}", path)
+				before := served.Load()
+				got := exchangeVia(t, rawEnv.addr, be, req)
+				if n := served.Load() - before; rq.raw && n != 1 || !rq.raw && n != 0 {
+					t.Errorf("raw path served %d requests, want raw=%v", n, rq.raw)
+				}
+				want := exchangeVia(t, mapEnv.addr, be, req)
+				if got.upstream != want.upstream {
+					t.Errorf("upstream request differs\nraw path:\n%s\nheader map path:\n%s", got.upstream, want.upstream)
+				}
+				if got.response != want.response {
+					t.Errorf("client response differs\nraw path:\n%s\nheader map path:\n%s", got.response, want.response)
+				}
+			})
+			if rq.raw {
+				rawCases++
+			}
+		}
+	}
+	if rawCases == 0 {
+		t.Fatal("no case for the raw path")
+	}
+}
+
+var requestIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// exchangeVia sends req on a new connection to proxy and returns what the
+// backend and the client saw, normalized: header fields sorted by name
+// (the header map path sends them in map order), values in order.
+func exchangeVia(t *testing.T, proxy string, be *recordingBackend, req string) exchangeResult {
+	t.Helper()
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	method, _, _ := strings.Cut(req, " ")
+	var res exchangeResult
+	var b strings.Builder
+	br := bufio.NewReader(c)
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("read response: %v", err)
+		}
+		if resp.StatusCode >= 200 {
+			break
+		}
+		b.WriteString(resp.Proto + " " + resp.Status + "\n") // 1xx
+		writeSorted(&b, resp.Header)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read response body: %v", err)
+	}
+	b.WriteString(resp.Proto + " " + resp.Status + "\n")
+	if resp.Header.Get("Date") == "" {
+		t.Error("response without Date")
+	}
+	resp.Header.Del("Date")
+	writeSorted(&b, resp.Header)
+	b.WriteString("close=" + strconv.FormatBool(resp.Close) + " length=" + strconv.FormatInt(resp.ContentLength, 10) + "\n")
+	writeSorted(&b, resp.Trailer)
+	b.Write(body)
+	res.response = b.String()
+
+	head := be.take()
+	if head == nil {
+		return res // the proxy answered itself
+	}
+	ur, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		t.Fatalf("backend got an unreadable head: %v\n%s", err, head)
+	}
+	if !strings.Contains(req, "X-Request-Id") {
+		if id := ur.Header.Get("X-Request-Id"); !requestIDPattern.MatchString(id) {
+			t.Errorf("request ID %q", id)
+		}
+		ur.Header.Del("X-Request-Id")
+	}
+	b.Reset()
+	b.WriteString(ur.Method + " " + ur.RequestURI + " " + ur.Proto + "\nHost: " + ur.Host + "\n")
+	writeSorted(&b, ur.Header)
+	res.upstream = b.String()
+	return res
+}
+
+func writeSorted(b *strings.Builder, h http.Header) {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b.WriteString(k + ": " + strings.Join(h[k], " | ") + "\n")
+	}
+}
