@@ -103,6 +103,10 @@ type exchange struct {
 	rawFields  bool
 	reqFields  []httphead.Field
 	respFields []httphead.Field
+	// fwdLines are the forwarding fields of a raw request, as lines.
+	fwdLines []byte
+	// series is kept across uses of the exchange.
+	series seriesCache
 }
 
 // getExchange returns a pooled or new exchange of p.
@@ -144,7 +148,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.outURL = url.URL{}
 	x.scratch.Clear()
 	x.fwdVals = [5]string{}
-	x.rawFields, x.reqFields, x.respFields = false, x.reqFields[:0], x.respFields[:0]
+	x.rawFields, x.reqFields, x.respFields, x.fwdLines = false, x.reqFields[:0], x.respFields[:0], x.fwdLines[:0]
 	p.exchanges.Put(x)
 }
 
@@ -304,6 +308,16 @@ func (x *exchange) rewriteOut(in, out *http.Request) {
 			out.Host = host
 		}
 	}
+	proto := "http"
+	if in.TLS != nil {
+		proto = "https"
+	}
+	if x.rawFields {
+		// No filters on the raw path (serveRaw): the forwarding fields
+		// are all that is added.
+		x.rawForwarding(in, out.Header, proto)
+		return
+	}
 	// Append to the client's X-Forwarded-For, as Envoy and nginx do; the
 	// backend sees the whole chain with the nearest hop last. The headers
 	// are those of ProxyRequest.SetXForwarded, plus Forwarded (RFC 7239)
@@ -322,10 +336,6 @@ func (x *exchange) rewriteOut(in, out *http.Request) {
 		delete(h, "X-Forwarded-For")
 	}
 	set("X-Forwarded-Host", in.Host)
-	proto := "http"
-	if in.TLS != nil {
-		proto = "https"
-	}
 	set("X-Forwarded-Proto", proto)
 	set("Forwarded", forwardedElem(in, proto))
 	set(requestIDHeader, x.reqID)
@@ -340,7 +350,15 @@ func (x *exchange) rewriteOut(in, out *http.Request) {
 // forwardedElem is this hop's Forwarded element (RFC 7239), appended to
 // the client's.
 func forwardedElem(in *http.Request, proto string) string {
-	b := make([]byte, 0, 96)
+	b := appendForwardedElem(make([]byte, 0, 96), in, proto)
+	if prev := in.Header.Values("Forwarded"); len(prev) > 0 {
+		return strings.Join(prev, ", ") + ", " + string(b)
+	}
+	return string(b)
+}
+
+// appendForwardedElem appends this hop's Forwarded element.
+func appendForwardedElem(b []byte, in *http.Request, proto string) []byte {
 	b = append(b, "for="...)
 	b = appendForwardedNode(b, remoteIP(in))
 	b = append(b, ";host=\""...)
@@ -350,11 +368,7 @@ func forwardedElem(in *http.Request, proto string) string {
 		}
 	}
 	b = append(b, "\";proto="...)
-	b = append(b, proto...)
-	if prev := in.Header.Values("Forwarded"); len(prev) > 0 {
-		return strings.Join(prev, ", ") + ", " + string(b)
-	}
-	return string(b)
+	return append(b, proto...)
 }
 
 // appendForwardedNode appends an address as the Forwarded header wants it
@@ -527,7 +541,7 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (x *exchange) report(ep *endpoint.Endpoint, res health.Result) {
-	x.p.metrics.upstreamTry(x.be.name, res)
+	x.p.metrics.upstreamTry(&x.series, x.be.name, res)
 	if o := x.be.state.outlier; o != nil {
 		o.Report(ep, res)
 	}

@@ -27,7 +27,7 @@ func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Reque
 	w.ResponseWriter = rw
 	var lname, route, backend string
 	defer func() {
-		p.metrics.observe(lname, route, backend, w.code, start)
+		p.metrics.observe(&x.series, lname, route, backend, w.code, start)
 		p.putExchange(x)
 	}()
 

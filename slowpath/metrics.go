@@ -143,33 +143,55 @@ func (s *statusWriter) Flush() {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// seriesCache remembers the series an exchange counted in last: a pooled
+// exchange serves the same route again and again, and looking a series up
+// in the maps above hashes all its labels. Series are never deleted, so a
+// remembered one stays right.
+type seriesCache struct {
+	rk requestLabels
+	rc prometheus.Counter
+	dk [2]string
+	do prometheus.Observer
+	uk upstreamLabels
+	uc prometheus.Counter
+}
+
 // observe records one answered request.
-func (m *metrics) observe(listener, route, backend string, code int, start time.Time) {
+func (m *metrics) observe(sc *seriesCache, listener, route, backend string, code int, start time.Time) {
 	if code == 0 {
 		code = http.StatusSwitchingProtocols // hijacked for an upgrade, or no answer
 	}
 	rk := requestLabels{listener, route, backend, code}
-	c, ok := m.requestSeries.Load(rk)
-	if !ok {
-		c, _ = m.requestSeries.LoadOrStore(rk, m.requests.WithLabelValues(listener, route, backend, strconv.Itoa(code)))
+	if sc.rc == nil || rk != sc.rk {
+		c, ok := m.requestSeries.Load(rk)
+		if !ok {
+			c, _ = m.requestSeries.LoadOrStore(rk, m.requests.WithLabelValues(listener, route, backend, strconv.Itoa(code)))
+		}
+		sc.rk, sc.rc = rk, c.(prometheus.Counter)
 	}
-	c.(prometheus.Counter).Inc()
+	sc.rc.Inc()
 	dk := [2]string{listener, route}
-	o, ok := m.durationSeries.Load(dk)
-	if !ok {
-		o, _ = m.durationSeries.LoadOrStore(dk, m.duration.WithLabelValues(listener, route))
+	if sc.do == nil || dk != sc.dk {
+		o, ok := m.durationSeries.Load(dk)
+		if !ok {
+			o, _ = m.durationSeries.LoadOrStore(dk, m.duration.WithLabelValues(listener, route))
+		}
+		sc.dk, sc.do = dk, o.(prometheus.Observer)
 	}
-	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
+	sc.do.Observe(time.Since(start).Seconds())
 }
 
 // upstreamTry counts one try sent to a backend by its outcome.
-func (m *metrics) upstreamTry(backend string, res health.Result) {
+func (m *metrics) upstreamTry(sc *seriesCache, backend string, res health.Result) {
 	k := upstreamLabels{backend, res}
-	c, ok := m.upstreamSeries.Load(k)
-	if !ok {
-		c, _ = m.upstreamSeries.LoadOrStore(k, m.upstream.WithLabelValues(backend, resultName(res)))
+	if sc.uc == nil || k != sc.uk {
+		c, ok := m.upstreamSeries.Load(k)
+		if !ok {
+			c, _ = m.upstreamSeries.LoadOrStore(k, m.upstream.WithLabelValues(backend, resultName(res)))
+		}
+		sc.uk, sc.uc = k, c.(prometheus.Counter)
 	}
-	c.(prometheus.Counter).Inc()
+	sc.uc.Inc()
 }
 
 // onHealth keeps the endpoint gauges in step with health verdicts.

@@ -2,6 +2,7 @@ package slowpath
 
 import (
 	"bytes"
+	"net"
 	"net/http"
 	"time"
 
@@ -66,7 +67,7 @@ func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Reques
 	w := &x.sw
 	w.ResponseWriter = rw
 	defer func() {
-		p.metrics.observe(ln.name, m.Rule.Route, name, w.code, start)
+		p.metrics.observe(&x.series, ln.name, m.Rule.Route, name, w.code, start)
 		p.putExchange(x)
 	}()
 	x.rawFields = true
@@ -150,6 +151,41 @@ func takeFields(dst []httphead.Field, r *http.Request, head *h1.Head) []httphead
 		r.Header[key] = append(r.Header[key], string(f.Value(block)))
 	}
 	return dst
+}
+
+// rawForwarding is rewriteOut's forwarding fields for a raw request,
+// written as header lines rather than set in the header map: the same
+// fields with the same values. Those of the client that it replaces are
+// deleted from h, the upstream header map.
+func (x *exchange) rawForwarding(in *http.Request, h http.Header, proto string) {
+	b := x.fwdLines[:0]
+	if clientIP, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		b = append(b, "X-Forwarded-For: "...)
+		for _, v := range in.Header["X-Forwarded-For"] {
+			b = append(b, v...)
+			b = append(b, ", "...)
+		}
+		b = append(b, clientIP...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "X-Forwarded-Host: "...)
+	b = append(b, in.Host...)
+	b = append(b, "\r\nX-Forwarded-Proto: "...)
+	b = append(b, proto...)
+	b = append(b, "\r\nForwarded: "...)
+	for _, v := range in.Header["Forwarded"] {
+		b = append(b, v...)
+		b = append(b, ", "...)
+	}
+	b = appendForwardedElem(b, in, proto)
+	b = append(b, "\r\n"+requestIDHeader+": "...)
+	b = append(b, x.reqID...)
+	b = append(b, "\r\n"...)
+	x.fwdLines = b
+	delete(h, "X-Forwarded-For")
+	delete(h, "Forwarded")
+	delete(h, requestIDHeader)
+	x.scratch.SetRequestLines(b)
 }
 
 // responseFields passes the fields of an upstream response given as fields

@@ -346,6 +346,7 @@ func (c *conn) writeHead(req *http.Request, method, host string, length int64, c
 			_, _ = w.Write(f.Value(s.reqBlock))
 			_, _ = w.WriteString("\r\n")
 		}
+		_, _ = w.Write(s.reqLines)
 	}
 	switch {
 	case chunked:

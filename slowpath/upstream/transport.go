@@ -128,6 +128,7 @@ type Scratch struct {
 
 	reqBlock  []byte
 	reqFields []httphead.Field
+	reqLines  []byte
 
 	wantFields bool
 	// fields of the current response, when it was parsed into them: the
@@ -144,7 +145,7 @@ type Scratch struct {
 func (s *Scratch) Clear() {
 	s.r = response{}
 	clear(s.header)
-	s.reqBlock, s.reqFields = nil, nil
+	s.reqBlock, s.reqFields, s.reqLines = nil, nil, nil
 	s.wantFields, s.hasFields = false, false
 	s.block, s.fields = s.block[:0], s.fields[:0]
 }
@@ -157,6 +158,12 @@ func (s *Scratch) Clear() {
 func (s *Scratch) SetRequestFields(block []byte, fields []httphead.Field) {
 	s.reqBlock, s.reqFields = block, fields
 }
+
+// SetRequestLines adds header lines to the requests sent with s, after
+// the fields of SetRequestFields: complete, valid "Name: value\r\n" lines
+// with the same restrictions. lines must stay unchanged until the
+// exchange ends.
+func (s *Scratch) SetRequestLines(lines []byte) { s.reqLines = lines }
 
 // WantFields asks for the response head's fields as read rather than a
 // header map. The client gives them when the head allows (a final
