@@ -1,9 +1,13 @@
 package slowpath
 
 import (
+	"bufio"
+	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +66,111 @@ func runClients(b *testing.B, url string) {
 			_ = resp.Body.Close()
 		}
 	})
+}
+
+// BenchmarkProxyRaw is BenchmarkProxyHTTP1IdleTimeout with a client and a
+// backend that allocate nothing (fixed bytes over TCP), so that
+// allocations per op are the proxy's own; "raw" serves by the raw request
+// path, "map" with it off (Options.NoRawPath).
+func BenchmarkProxyRaw(b *testing.B) {
+	for _, mode := range []string{"raw", "map"} {
+		b.Run(mode, func(b *testing.B) {
+			e := newEnvWith(b, func(o *Options) { o.NoRawPath = mode == "map" })
+			be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
+			r := rule(prefix("/"), "ns/a")
+			r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
+			e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
+			req := "GET /bench HTTP/1.1\r\nHost: bench.example\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"
+			reqBytes := []byte(req)
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				c, err := net.Dial("tcp", e.addr)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer func() { _ = c.Close() }()
+				br := bufio.NewReader(c)
+				size := 0 // of a response, learned from the first
+				buf := make([]byte, 4096)
+				for pb.Next() {
+					if _, err := c.Write(reqBytes); err != nil {
+						b.Error(err)
+						return
+					}
+					if size == 0 {
+						resp, err := http.ReadResponse(br, nil)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						size = responseSize(b, e.addr, req)
+						continue
+					}
+					if _, err := io.ReadFull(br, buf[:size]); err != nil {
+						b.Error(err)
+						return
+					}
+					if !bytes.HasPrefix(buf, []byte("HTTP/1.1 200 OK\r\n")) || !bytes.HasSuffix(buf[:size], []byte("hello from backend\n")) {
+						b.Errorf("response out of step: %q", buf[:size])
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// responseSize is the length of the proxy's response to req, as bytes.
+func responseSize(b *testing.B, addr, req string) int {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_, _ = io.WriteString(c, strings.Replace(req, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1))
+	all, _ := io.ReadAll(c)
+	// The response to the closing request says so; the others do not.
+	return len(all) - len("Connection: close\r\n")
+}
+
+// fixedBackend answers every request head on a connection with resp.
+func fixedBackend(b *testing.B, resp string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				out := []byte(resp)
+				br := bufio.NewReader(c)
+				for {
+					for {
+						line, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(line) <= 2 {
+							break
+						}
+					}
+					if _, err := c.Write(out); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
@@ -45,7 +46,7 @@ var rawResponses = map[string]string{
 type recordingBackend struct {
 	ln    net.Listener
 	mu    sync.Mutex
-	heads [][]byte
+	heads [][]byte // head, body, head, body…
 }
 
 func startRecordingBackend(t *testing.T) *recordingBackend {
@@ -83,8 +84,18 @@ func (b *recordingBackend) serve(c net.Conn) {
 				break
 			}
 		}
+		// The body, read by its framing; nothing else is sent before
+		// the answer, so the reader cannot take the next request.
+		req, err := http.ReadRequest(bufio.NewReader(io.MultiReader(bytes.NewReader(head), br)))
+		if err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
 		b.mu.Lock()
-		b.heads = append(b.heads, head)
+		b.heads = append(b.heads, head, body)
 		b.mu.Unlock()
 		fields := strings.Fields(string(head[:bytes.IndexByte(head, '\n')]))
 		path, _, _ := strings.Cut(fields[1], "?")
@@ -101,15 +112,17 @@ func (b *recordingBackend) serve(c net.Conn) {
 	}
 }
 
-func (b *recordingBackend) take() []byte {
+// take returns the first request recorded and not taken yet: its head
+// and its body (decoded from its framing).
+func (b *recordingBackend) take() (head, body []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.heads) == 0 {
-		return nil
+		return nil, nil
 	}
-	h := b.heads[0]
-	b.heads = b.heads[1:]
-	return h
+	head, body = b.heads[0], b.heads[1]
+	b.heads = b.heads[2:]
+	return head, body
 }
 
 // rawRequests are the requests sent to both proxies; raw tells whether
@@ -127,7 +140,10 @@ var rawRequests = []struct {
 	{"DELETE with an idempotency key", "DELETE {p} HTTP/1.1\r\nHost: a\r\nIdempotency-Key: k\r\n\r\n", true},
 	{"Connection names a field", "GET {p} HTTP/1.1\r\nHost: a\r\nConnection: x-foo\r\nX-Foo: 1\r\n\r\n", false},
 	{"escaped path", "GET {p}/%41b HTTP/1.1\r\nHost: a\r\n\r\n", false},
-	{"body", "POST {p} HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi", false},
+	{"body", "POST {p} HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi", true},
+	{"empty body", "PUT {p} HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nX-After: 1\r\n\r\n", true},
+	{"chunked body", "POST {p} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", false},
+	{"Expect", "POST {p} HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", false},
 }
 
 // exchangeResult is what one request did: the head the backend got and
@@ -159,7 +175,10 @@ func TestRawPathEquivalence(t *testing.T) {
 	rawCases := 0
 	for _, rq := range rawRequests {
 		for _, path := range paths {
-			if path == "/head" && !strings.HasPrefix(rq.req, "HEAD") || rq.name == "HEAD" && path != "/head" && path != "/plain" {
+			switch {
+			case path == "/head" && !strings.HasPrefix(rq.req, "HEAD"),
+				rq.name == "HEAD" && path != "/head" && path != "/plain",
+				rq.name == "Expect" && path != "/plain": // each waits for a 100 Continue that never comes
 				continue
 			}
 			t.Run(rq.name+" "+path, func(t *testing.T) {
@@ -234,7 +253,7 @@ func exchangeVia(t *testing.T, proxy string, be *recordingBackend, req string) e
 	b.Write(body)
 	res.response = b.String()
 
-	head := be.take()
+	head, upBody := be.take()
 	if head == nil {
 		return res // the proxy answered itself
 	}
@@ -251,6 +270,7 @@ func exchangeVia(t *testing.T, proxy string, be *recordingBackend, req string) e
 	b.Reset()
 	b.WriteString(ur.Method + " " + ur.RequestURI + " " + ur.Proto + "\nHost: " + ur.Host + "\n")
 	writeSorted(&b, ur.Header)
+	b.WriteString("body: " + string(upBody) + "\n")
 	res.upstream = b.String()
 	return res
 }
@@ -264,4 +284,68 @@ func writeSorted(b *strings.Builder, h http.Header) {
 	for _, k := range keys {
 		b.WriteString(k + ": " + strings.Join(h[k], " | ") + "\n")
 	}
+}
+
+// TestRawPathRetryBodyLater retries a raw request whose body arrived after
+// its head: reading the body refills the server's read buffer, where the
+// head was, so the retry must send a head kept elsewhere.
+func TestRawPathRetryBodyLater(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	var tries atomic.Int32
+	be := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("X-Custom")+" "+r.Header.Get("User-Agent")+" "+string(body))
+		mu.Unlock()
+		if tries.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	e := newEnv(t)
+	r := rule(prefix("/"), "ns/a")
+	r.Retry = &pb.RetryPolicy{MaxRetries: 1, RetryOn: []string{"5xx"}, RetryNonIdempotent: true, BackoffMs: 1}
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
+
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	head := "POST /up?x=1 HTTP/1.1\r\nHost: a\r\nX-Custom: kept-intact\r\nUser-Agent: t\r\nContent-Length: 4000\r\n\r\n"
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the head is read and waits for its body
+	body := strings.Repeat("b", 4000)
+	if _, err := io.WriteString(c, body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(rb) != "ok" {
+		t.Fatalf("got %d %q", resp.StatusCode, rb)
+	}
+	want := "POST /up?x=1 kept-intact t " + body
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != want || got[1] != want {
+		for i, g := range got {
+			t.Errorf("try %d: %.80q", i+1, g)
+		}
+		t.Fatalf("want two tries of %.80q", want)
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return hostport(s)
 }

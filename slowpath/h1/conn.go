@@ -58,6 +58,8 @@ type conn struct {
 	rawReq  bool
 	head    Head
 	headStr string
+	// headCopy holds the head of a raw request with a body.
+	headCopy []byte
 	// body is the current request's body (nil: none); the handler may
 	// replace Request.Body, the server still drains this one.
 	body *body

@@ -121,12 +121,13 @@ func (c *conn) parse(block []byte) (*http.Request, *httpError) {
 }
 
 // parseRaw makes the connection's request of a head that the raw handler
-// may serve (see RawHandler): a request without a body, in origin form,
-// with one valid Host field and no Upgrade or Expect. Its Header is left
-// empty; the fields stay in c.head. It returns nil for any other head,
-// which parse then treats in full.
+// may serve (see RawHandler): in origin form, with one valid Host field, a
+// body framed by Content-Length if any, and no Upgrade or Expect. Its
+// Header is left empty; the fields stay in c.head. It returns nil for any
+// other head, which parse then treats in full.
 func (c *conn) parseRaw(s string, block []byte, lineEnd, sp1, sp2, minor int, fields []httphead.Field) *http.Request {
 	host := -1
+	length := false
 	for i, f := range fields {
 		switch string(block[f.K0:f.K1]) {
 		case "Host":
@@ -134,7 +135,9 @@ func (c *conn) parseRaw(s string, block []byte, lineEnd, sp1, sp2, minor int, fi
 				return nil
 			}
 			host = i
-		case "Content-Length", "Transfer-Encoding", "Upgrade", "Expect":
+		case "Content-Length":
+			length = true
+		case "Transfer-Encoding", "Upgrade", "Expect":
 			return nil
 		}
 	}
@@ -167,6 +170,20 @@ func (c *conn) parseRaw(s string, block []byte, lineEnd, sp1, sp2, minor int, fi
 	r.ContentLength = 0
 	r.Body = http.NoBody
 	c.body = nil
+	if length {
+		n, err := httphead.ContentLength(block, fields, errMalformed)
+		if err != nil {
+			return nil // parse answers it
+		}
+		if n > 0 {
+			r.ContentLength = n
+			r.Body = c.newBody(r, n)
+			// Reading the body refills the read buffer, which holds the
+			// head: the handler gets a copy.
+			c.headCopy = append(c.headCopy[:0], block...)
+			block = c.headCopy
+		}
+	}
 	if minor == 0 {
 		r.Close = !httphead.FieldsHaveToken(block, fields, "Connection", "keep-alive")
 	} else {

@@ -62,9 +62,10 @@ type Server struct {
 	// server to serve; the connection replays what was read of it. Nil:
 	// such a connection gets 400 (or 505) and is closed.
 	Handoff func(net.Conn)
-	// Raw, if set, is offered every request that has no body, an
-	// origin-form target, one Host field and no Upgrade or Expect field,
-	// before its header map is built (see RawHandler).
+	// Raw, if set, is offered every request that has an origin-form
+	// target, one Host field, no body or one framed by Content-Length, and
+	// no Upgrade or Expect field, before its header map is built (see
+	// RawHandler).
 	Raw RawHandler
 	// Log gets one debug line per rejected request and an error per
 	// handler panic. Nil: slog's default.
