@@ -24,20 +24,23 @@ import (
 // (Transfer-Encoding, Trailer, folded lines, 1xx, hop-by-hop fields named
 // by Connection).
 var rawResponses = map[string]string{
-	"/plain":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A: 1\r\nx-b: two\r\nX-A: 3\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello",
-	"/dated":   "HTTP/1.1 404 Not Found\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 0\r\n\r\n",
-	"/reason":  "HTTP/1.1 299 Fine Thanks\r\nContent-Length: 2\r\n\r\nok",
-	"/named":   "HTTP/1.1 200 OK\r\nConnection: x-secret\r\nX-Secret: s\r\nContent-Length: 2\r\n\r\nok",
-	"/close":   "HTTP/1.1 200 OK\r\nConnection: close\r\nClose: field\r\nContent-Length: 2\r\n\r\nok",
-	"/chunked": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nok\r\n0\r\nX-T: t\r\n\r\n",
-	"/http10":  "HTTP/1.0 200 OK\r\nX-Old: yes\r\n\r\nuntil the end",
-	"/nolen":   "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
-	"/fold":    "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
-	"/early":   "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-	"/204":     "HTTP/1.1 204 No Content\r\nX-E: 1\r\n\r\n",
-	"/304":     "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n",
-	"/head":    "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nX-H: 1\r\n\r\n",
-	"/badlen":  "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+	"/plain":           "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-A: 1\r\nx-b: two\r\nX-A: 3\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello",
+	"/dated":           "HTTP/1.1 404 Not Found\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 0\r\n\r\n",
+	"/reason":          "HTTP/1.1 299 Fine Thanks\r\nContent-Length: 2\r\n\r\nok",
+	"/named":           "HTTP/1.1 200 OK\r\nConnection: x-secret\r\nX-Secret: s\r\nContent-Length: 2\r\n\r\nok",
+	"/close":           "HTTP/1.1 200 OK\r\nConnection: close\r\nClose: field\r\nContent-Length: 2\r\n\r\nok",
+	"/chunked":         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nok\r\n0\r\nX-T: t\r\n\r\n",
+	"/chunked-plain":   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-C: 1\r\n\r\n2\r\nok\r\n3\r\n!!!\r\n0\r\n\r\n",
+	"/chunked-trailer": "HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nok\r\n0\r\nX-Unannounced: t\r\n\r\n",
+	"/chunked-length":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	"/http10":          "HTTP/1.0 200 OK\r\nX-Old: yes\r\n\r\nuntil the end",
+	"/nolen":           "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
+	"/fold":            "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+	"/early":           "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+	"/204":             "HTTP/1.1 204 No Content\r\nX-E: 1\r\n\r\n",
+	"/304":             "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n",
+	"/head":            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nX-H: 1\r\n\r\n",
+	"/badlen":          "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
 }
 
 // recordingBackend is an HTTP/1.1 server that records every request head

@@ -94,8 +94,9 @@ func (c *conn) response(ctx context.Context, req *http.Request, method string, h
 		}
 	}
 	length := int64(-1)
-	if h.raw {
-		// Fields are given only without Transfer-Encoding (parseFields).
+	if h.raw && h.chunked {
+		chunked = true // with no Content-Length (parseFields)
+	} else if h.raw {
 		n, err := httphead.ContentLength(h.block, h.fields, ErrMalformedResponse)
 		if err != nil {
 			return nil, c.abort(fmt.Errorf("response from %s: %w", c.p.addr, err))

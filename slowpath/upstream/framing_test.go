@@ -104,37 +104,114 @@ func TestResponseFraming(t *testing.T) {
 			wantStatus: "200 OK", wantBody: "ok", wantLength: 2, wantHeader: http.Header{"X-Big": {bigValue}}, wantConns: 1,
 		},
 	}
+	// Every case runs twice: with the response's header map, and asking
+	// for its fields (Scratch.WantFields), whose outcome must not differ.
+	for _, tc := range cases {
+		for _, fields := range []bool{false, true} {
+			name := tc.name
+			if fields {
+				name += " (fields)"
+			}
+			t.Run(name, func(t *testing.T) {
+				srv := newRawServer(t, answerEach(tc.raw, tc.closeAfter))
+				tr := &Transport{}
+				defer tr.CloseIdleConnections()
+				ctx := testCtx(t)
+				method := tc.method
+				if method == "" {
+					method = http.MethodGet
+				}
+				for i := range 2 {
+					var resp *http.Response
+					var body string
+					var err error
+					if fields {
+						resp, body, err = doFields(tr, newRequest(t, ctx, method, srv.url("/"), nil))
+					} else {
+						resp, body, err = do(t, tr, newRequest(t, ctx, method, srv.url("/"), nil))
+					}
+					if err != nil {
+						t.Fatalf("request %d: %v", i, err)
+					}
+					if resp.Status != tc.wantStatus || body != tc.wantBody || resp.ContentLength != tc.wantLength {
+						t.Fatalf("request %d: status %q body %q length %d, want %q %q %d", i, resp.Status, body, resp.ContentLength, tc.wantStatus, tc.wantBody, tc.wantLength)
+					}
+					for k, want := range tc.wantHeader {
+						if diff := cmp.Diff(want, resp.Header[k]); diff != "" {
+							t.Fatalf("header %s (-want +got):\n%s", k, diff)
+						}
+					}
+					if tc.wantTrail != nil {
+						if diff := cmp.Diff(tc.wantTrail, resp.Trailer); diff != "" {
+							t.Fatalf("trailer (-want +got):\n%s", diff)
+						}
+					}
+				}
+				if n := srv.conns.Load(); n != tc.wantConns {
+					t.Fatalf("%d connections for two requests, want %d", n, tc.wantConns)
+				}
+			})
+		}
+	}
+}
+
+// doFields is do asking for the response's fields; the header is built
+// from them for the checks.
+func doFields(tr *Transport, req *http.Request) (*http.Response, string, error) {
+	var s Scratch
+	s.WantFields()
+	resp, err := tr.RoundTripScratch(req, nil, &s)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	resp.Header = s.BuildHeader()
+	return resp, string(b), err
+}
+
+// TestWantFields: which response heads are given as fields, and that
+// their fields are the head's, in order, as read.
+func TestWantFields(t *testing.T) {
+	cases := []struct {
+		name   string
+		raw    string
+		fields string // "Name: value" lines in order; "-": given as a header map
+	}{
+		{"content-length", lines("HTTP/1.1 200 OK", "x-a: 1", "X-B:  2 ", "x-a: 3", "Content-Length: 2", "", "ok"), "X-A: 1|X-B: 2|X-A: 3|Content-Length: 2"},
+		{"chunked", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "2", "ok", "0", "", ""), "Transfer-Encoding: chunked"},
+		{"after a 1xx", lines("HTTP/1.1 103 Early Hints", "Link: <a>", "", "") + lines("HTTP/1.1 204 No Content", "X-C: c", "", ""), "X-C: c"},
+		{"announced trailer", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "Trailer: X-T", "", "0", "X-T: t", "", ""), "-"},
+		{"folded line", lines("HTTP/1.1 200 OK", "X-F: a", " b", "Content-Length: 0", "", ""), "-"},
+		{"chunked and a length", lines("HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "Content-Length: 2", "", "2", "ok", "0", "", ""), "-"},
+		{"HTTP/1.0 chunked", lines("HTTP/1.0 200 OK", "Transfer-Encoding: chunked", "", "body"), "-"},
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newRawServer(t, answerEach(tc.raw, tc.closeAfter))
+			srv := newRawServer(t, answerEach(tc.raw, true))
 			tr := &Transport{}
 			defer tr.CloseIdleConnections()
-			ctx := testCtx(t)
-			method := tc.method
-			if method == "" {
-				method = http.MethodGet
+			var s Scratch
+			s.WantFields()
+			resp, err := tr.RoundTripScratch(newRequest(t, testCtx(t), http.MethodGet, srv.url("/"), nil), func(int, textproto.MIMEHeader) error { return nil }, &s)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for i := range 2 {
-				resp, body, err := do(t, tr, newRequest(t, ctx, method, srv.url("/"), nil))
-				if err != nil {
-					t.Fatalf("request %d: %v", i, err)
+			defer func() { _ = resp.Body.Close() }()
+			block, fields, ok := s.Fields()
+			got := "-"
+			if ok {
+				var ls []string
+				for _, f := range fields {
+					ls = append(ls, string(f.Name(block))+": "+string(f.Value(block)))
 				}
-				if resp.Status != tc.wantStatus || body != tc.wantBody || resp.ContentLength != tc.wantLength {
-					t.Fatalf("request %d: status %q body %q length %d, want %q %q %d", i, resp.Status, body, resp.ContentLength, tc.wantStatus, tc.wantBody, tc.wantLength)
-				}
-				for k, want := range tc.wantHeader {
-					if diff := cmp.Diff(want, resp.Header[k]); diff != "" {
-						t.Fatalf("header %s (-want +got):\n%s", k, diff)
-					}
-				}
-				if tc.wantTrail != nil {
-					if diff := cmp.Diff(tc.wantTrail, resp.Trailer); diff != "" {
-						t.Fatalf("trailer (-want +got):\n%s", diff)
-					}
+				got = strings.Join(ls, "|")
+				if len(resp.Header) != 0 {
+					t.Errorf("header map %v beside the fields", resp.Header)
 				}
 			}
-			if n := srv.conns.Load(); n != tc.wantConns {
-				t.Fatalf("%d connections for two requests, want %d", n, tc.wantConns)
+			if got != tc.fields {
+				t.Errorf("fields %q, want %q", got, tc.fields)
 			}
 		})
 	}

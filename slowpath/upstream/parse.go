@@ -23,6 +23,9 @@ type head struct {
 	raw    bool
 	block  []byte
 	fields []httphead.Field
+	// chunked: a raw head's body is chunked (Transfer-Encoding: chunked,
+	// and no Content-Length).
+	chunked bool
 }
 
 // readBlock reads a head up to and including the empty line that ends it.
@@ -58,9 +61,11 @@ func parseFields(block []byte, s *Scratch) (head, error) {
 		return h, err
 	}
 	s.fields = fields
-	if h.code < 200 || h.code == http.StatusSwitchingProtocols || !plainFields(block, fields) {
+	plain, chunked := plainFields(block, fields)
+	if h.code < 200 || h.code == http.StatusSwitchingProtocols || !plain || chunked && h.minor == 0 {
 		return parseHead(block, s.header)
 	}
+	h.chunked = chunked
 	s.block = append(s.block[:0], block...)
 	s.hasFields = true
 	if s.header == nil {
@@ -75,15 +80,25 @@ func parseFields(block []byte, s *Scratch) (head, error) {
 }
 
 // plainFields reports whether a response's framing and fields are what
-// the fields path handles: no Transfer-Encoding, no Trailer, no folded
-// line.
-func plainFields(block []byte, fields []httphead.Field) bool {
+// the fields path handles (plain): no Trailer, no folded line, and either
+// no Transfer-Encoding or one "chunked" without a Content-Length (chunked).
+func plainFields(block []byte, fields []httphead.Field) (plain, chunked bool) {
+	te, length := 0, false
 	for _, f := range fields {
-		if f.K0 < 0 || f.Is(block, "Transfer-Encoding") || f.Is(block, "Trailer") {
-			return false
+		switch {
+		case f.K0 < 0 || f.Is(block, "Trailer"):
+			return false, false
+		case f.Is(block, "Transfer-Encoding"):
+			te++
+			chunked = bytes.EqualFold(f.Value(block), []byte("chunked"))
+		case f.Is(block, "Content-Length"):
+			length = true
 		}
 	}
-	return true
+	if te == 0 {
+		return true, false
+	}
+	return te == 1 && chunked && !length, chunked
 }
 
 // scanHead checks a head's status line and scans its fields.
