@@ -49,14 +49,16 @@ func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Reques
 	if !ok || !m.Rule.Filters.None() {
 		return false
 	}
+	// Every backend of the rule must suit the path before one is picked:
+	// declining after the pick would let the general path pick again,
+	// and skew a weighted split.
+	for _, b := range m.Rule.Backends {
+		if !cfg.backends[b.Name].rawOK() {
+			return false
+		}
+	}
 	be, name := cfg.pickBackend(m.Rule)
 	if be == nil {
-		return false
-	}
-	if _, own := be.transport.(*upstream.Transport); !own {
-		return false
-	}
-	if hp := be.hash; hp != nil && (hp.GetHeader() != "" || hp.GetCookie() != "") {
 		return false
 	}
 
@@ -77,6 +79,20 @@ func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Reques
 	x.scratch.WantFields()
 	p.forward(x, w, r, ln, m, be)
 	return true
+}
+
+// rawOK reports whether the raw path can forward to be (nil: a backend
+// the configuration lacks, which the general path answers): a plain
+// HTTP/1.1 backend, hashing on nothing but the source address.
+func (be *backend) rawOK() bool {
+	if be == nil {
+		return false
+	}
+	if _, own := be.transport.(*upstream.Transport); !own {
+		return false
+	}
+	hp := be.hash
+	return hp == nil || hp.GetHeader() == "" && hp.GetCookie() == ""
 }
 
 // rawServed, when set by a test, is called for every request the raw

@@ -352,3 +352,27 @@ func httptestServer(t *testing.T, h http.Handler) string {
 	t.Cleanup(s.Close)
 	return hostport(s)
 }
+
+// TestRawPathKeepsWeights splits a rule evenly between a backend the raw
+// path serves and one it does not (hashing on a header): the split must
+// stay even, which it would not if the raw path declined after picking.
+func TestRawPathKeepsWeights(t *testing.T) {
+	a, b := echoServer(t, "a"), echoServer(t, "b")
+	e := newEnv(t)
+	bb := backendOf("ns/b", hostport(b))
+	bb.HashPolicy = &pb.HashPolicy{Header: "X-User"}
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a", "ns/b"))},
+		[]*pb.Backend{backendOf("ns/a", hostport(a)), bb}))
+	const n = 1000
+	hits := map[string]int{}
+	c := &http.Client{}
+	for range n {
+		_, got, _ := get(t, c, "http://"+e.addr+"/")
+		hits[got.Backend]++
+	}
+	// Even odds: 500 ± 16 (one standard deviation); a raw path that
+	// declined after its pick would send 750 to a.
+	if share := float64(hits["a"]) / n; share < 0.42 || share > 0.58 {
+		t.Fatalf("backend a got %d of %d requests (b %d), want about half", hits["a"], n, hits["b"])
+	}
+}
