@@ -54,8 +54,10 @@ type listener struct {
 	// redirect answers every request with a redirect to another scheme
 	// (redirectScheme, or sslRedirect of the gateway's HTTPS listener).
 	redirect *schemeRedirect
-	// altSvc advertises the gateway's HTTP/3 listener on HTTPS responses.
-	altSvc string
+	// altSvc advertises the gateway's HTTP/3 listener on HTTPS responses;
+	// altSvcVals is it as header values, shared by every response.
+	altSvc     string
+	altSvcVals []string
 	// compress compresses responses (the gateway's compression); nil: off.
 	compress *compress.Compressor
 }
@@ -166,6 +168,7 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 		if err == nil && l.GetProtocol() == pb.Protocol_PROTOCOL_HTTPS {
 			if port, ok := h3[l.GetGateway()]; ok {
 				ln.altSvc = fmt.Sprintf(`h3=":%d"; ma=86400`, port)
+				ln.altSvcVals = []string{ln.altSvc}
 			}
 		}
 		if err != nil {

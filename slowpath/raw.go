@@ -34,13 +34,13 @@ func (h *rawHandler) ServeRaw(w http.ResponseWriter, r *http.Request, head *h1.H
 
 // serveRaw serves r from its fields, or declines (false) having done
 // nothing when the request needs what only the header map path does:
-// routing on headers, filters, compression, Alt-Svc, scheme redirects,
+// routing on headers, filters, compression, scheme redirects,
 // hash affinity on a header or cookie, a backend other than plain
 // HTTP/1.1, or hop-by-hop fields named in Connection.
 func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Request, head *h1.Head) bool {
 	cfg := p.cfg.Load()
 	ln := cfg.listeners[key]
-	if ln == nil || ln.altSvc != "" || ln.redirect != nil || ln.compress != nil || ln.router.MatchesHeaders() ||
+	if ln == nil || ln.redirect != nil || ln.compress != nil || ln.router.MatchesHeaders() ||
 		len(r.RequestURI) > p.opts.MaxURIBytes || !plainConnection(head.Block, head.Fields) ||
 		p.opts.MaxRequestBodyBytes > 0 && r.ContentLength > p.opts.MaxRequestBodyBytes {
 		return false
@@ -73,6 +73,10 @@ func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Reques
 		p.metrics.observe(&x.series, ln.name, m.Rule.Route, name, w.code, start)
 		p.putExchange(x)
 	}()
+	if ln.altSvcVals != nil {
+		// Shared and never appended to: its capacity is its length.
+		rw.Header()["Alt-Svc"] = ln.altSvcVals
+	}
 	x.rawFields = true
 	x.reqFields = takeFields(x.reqFields[:0], r, head)
 	x.scratch.SetRequestFields(head.Block, x.reqFields)
@@ -217,6 +221,11 @@ func (x *exchange) responseFields(w http.ResponseWriter) bool {
 	for _, f := range fields {
 		if !hopByHopField(block, fields, f.Name(block)) {
 			kept = append(kept, f)
+			if f.Is(block, "Alt-Svc") {
+				// The backend's replaces the listener's, as on the
+				// general path.
+				delete(w.Header(), "Alt-Svc")
+			}
 		}
 	}
 	x.respFields = kept

@@ -3,6 +3,7 @@ package slowpath
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/slowpath/internal/testcert"
 )
 
 // rawResponses are what the recording backend answers, by request path:
@@ -33,6 +35,7 @@ var rawResponses = map[string]string{
 	"/chunked-plain":   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-C: 1\r\n\r\n2\r\nok\r\n3\r\n!!!\r\n0\r\n\r\n",
 	"/chunked-trailer": "HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nok\r\n0\r\nX-Unannounced: t\r\n\r\n",
 	"/chunked-length":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	"/alt-svc":         "HTTP/1.1 200 OK\r\nAlt-Svc: h2=\":8443\"\r\nContent-Length: 2\r\n\r\nok",
 	"/http10":          "HTTP/1.0 200 OK\r\nX-Old: yes\r\n\r\nuntil the end",
 	"/nolen":           "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
 	"/fold":            "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
@@ -374,5 +377,43 @@ func TestRawPathKeepsWeights(t *testing.T) {
 	// declined after its pick would send 750 to a.
 	if share := float64(hits["a"]) / n; share < 0.42 || share > 0.58 {
 		t.Fatalf("backend a got %d of %d requests (b %d), want about half", hits["a"], n, hits["b"])
+	}
+}
+
+// TestRawPathAltSvc: HTTPS responses of a gateway with an HTTP3 listener
+// carry its Alt-Svc on the raw path too, unless the backend sends its own.
+func TestRawPathAltSvc(t *testing.T) {
+	var served atomic.Int64
+	rawServed = func() { served.Add(1) }
+	t.Cleanup(func() { rawServed = nil })
+
+	be := startRecordingBackend(t)
+	e := newEnv(t)
+	ca, _ := testcert.NewCA("test")
+	cp, kp, _ := ca.Leaf("h3.test")
+	tlsCfg := &pb.ListenerTLS{Certificates: []string{"ns/c"}}
+	s := e.snap(pb.Protocol_PROTOCOL_HTTPS, tlsCfg, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))},
+		[]*pb.Backend{backendOf("ns/a", be.ln.Addr().String())}, &pb.Certificate{Name: "ns/c", CertPem: cp, KeyPem: kp})
+	// The HTTP3 listener needs no socket here: only its presence makes
+	// the HTTPS listener advertise it.
+	h3l := &pb.Listener{Name: "ns/gw/h3", Gateway: "ns/gw", Addresses: []string{"127.0.0.1"}, Port: e.port, Protocol: pb.Protocol_PROTOCOL_HTTP3, Tls: tlsCfg, Routes: []string{"ns/r"}}
+	s.Cluster.Listeners = append(s.Cluster.Listeners, h3l)
+	s.Cluster.Routes[0].Listeners = append(s.Cluster.Routes[0].Listeners, h3l.Name)
+	e.mustApply(s)
+
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: "h3.test", RootCAs: ca.Pool()}}}
+	ours := `h3=":` + strconv.Itoa(int(e.port)) + `"; ma=86400`
+	for _, tc := range []struct{ path, want string }{{"/plain", ours}, {"/alt-svc", `h2=":8443"`}, {"/plain", ours}} {
+		resp, _, body := get(t, c, "https://"+e.addr+tc.path)
+		if got := resp.Header.Values("Alt-Svc"); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s: Alt-Svc %q, want %q", tc.path, got, tc.want)
+		}
+		if resp.StatusCode != 200 || resp.Proto != "HTTP/1.1" {
+			t.Errorf("%s: %d %s %q", tc.path, resp.StatusCode, resp.Proto, body)
+		}
+		_, _ = be.take()
+	}
+	if n := served.Load(); n != 3 {
+		t.Errorf("raw path served %d of 3 requests", n)
 	}
 }
