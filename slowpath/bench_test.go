@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/slowpath/internal/fixedhttp"
 )
 
 // BenchmarkProxyHTTP1 sends small keep-alive HTTP/1.1 requests through the
@@ -145,32 +146,6 @@ func fixedBackend(b *testing.B, resp string) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				out := []byte(resp)
-				br := bufio.NewReader(c)
-				for {
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(line) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(out); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	go fixedhttp.Serve(ln, []byte(resp))
 	return ln.Addr().String()
 }

@@ -1,13 +1,14 @@
 package upstream
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"testing"
+
+	"github.com/novaedge/novaedge/slowpath/internal/fixedhttp"
 )
 
 // BenchmarkRoundTrip compares this transport with net/http's on small
@@ -21,33 +22,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 	defer func() { _ = ln.Close() }()
 	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				br := bufio.NewReader(c)
-				for {
-					// Requests here have no body: read to the empty line.
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(line) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(answer); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	go fixedhttp.Serve(ln, answer)
 	url := "http://" + ln.Addr().String() + "/"
 	transports := []struct {
 		name string

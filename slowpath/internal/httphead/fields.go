@@ -69,12 +69,8 @@ func parseDecimal(b []byte) (int64, bool) {
 // any case (httpguts.HeaderValuesContainsToken for one value).
 func HasToken(v []byte, token string) bool {
 	for len(v) > 0 {
-		item := v
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			item, v = v[:i], v[i+1:]
-		} else {
-			v = nil
-		}
+		var item []byte
+		item, v, _ = bytes.Cut(v, comma)
 		item = bytes.Trim(item, " \t")
 		if len(item) == len(token) && bytes.EqualFold(item, []byte(token)) {
 			return true
@@ -82,6 +78,8 @@ func HasToken(v []byte, token string) bool {
 	}
 	return false
 }
+
+var comma = []byte(",")
 
 // FieldsHaveToken reports whether a field named name (canonical) lists
 // token.
@@ -97,22 +95,5 @@ func FieldsHaveToken(block []byte, fields []Field, name, token string) bool {
 // NamedByConnection reports whether a Connection field lists key (a
 // field name), which then is hop-by-hop (RFC 9110 §7.6.1).
 func NamedByConnection(block []byte, fields []Field, key []byte) bool {
-	for _, f := range fields {
-		if !f.Is(block, "Connection") {
-			continue
-		}
-		v := f.Value(block)
-		for len(v) > 0 {
-			item := v
-			if i := bytes.IndexByte(v, ','); i >= 0 {
-				item, v = v[:i], v[i+1:]
-			} else {
-				v = nil
-			}
-			if bytes.EqualFold(bytes.Trim(item, " \t"), key) {
-				return true
-			}
-		}
-	}
-	return false
+	return FieldsHaveToken(block, fields, "Connection", string(key))
 }
