@@ -42,15 +42,26 @@ type response struct {
 	buf         []byte   // body held back (holdBack)
 	scratch     [64]byte
 	// fields are header fields of block that the response carries after
-	// hdr's (SetResponseFields).
+	// hdr's (SetResponseFields): copies, kept with the connection.
 	block  []byte
 	fields []httphead.Field
 }
 
 func (w *response) reset(r *http.Request) {
 	clear(w.hdr)
-	*w = response{c: w.c, r: r, hdr: w.hdr, clen: -1, buf: w.buf[:0], trailers: w.trailers[:0]}
+	block, fields := w.block[:0], w.fields[:0]
+	if cap(block) > maxKeptBlock {
+		// One huge upstream head does not pin its copy for the
+		// connection's life.
+		block, fields = nil, nil
+	}
+	*w = response{c: w.c, r: r, hdr: w.hdr, clen: -1, buf: w.buf[:0], trailers: w.trailers[:0],
+		block: block, fields: fields}
 }
+
+// maxKeptBlock bounds the copy of SetResponseFields' head kept between
+// requests.
+const maxKeptBlock = 8 << 10
 
 // SetResponseFields adds header fields to w's response (w must be this
 // server's ResponseWriter, else it reports false): those of block that
@@ -58,15 +69,19 @@ func (w *response) reset(r *http.Request) {
 // valid (httphead.ScanFields checked them) and end-to-end, and must not
 // repeat a name of the Header or be Connection, Transfer-Encoding or
 // Trailer; a Content-Length among them frames the response as one in the
-// Header would. Call it before WriteHeader; block and fields must stay
-// unchanged until the handler returns. A proxy passes an upstream
-// response's fields this way without building a header map for them.
+// Header would. Call it before WriteHeader. block and fields are copied:
+// the caller may reuse them when the call returns, as a proxy reuses an
+// upstream response's head once its handler returns, which can be before
+// the head is written (a small body is held back until then). A proxy
+// passes an upstream response's fields this way without building a
+// header map for them.
 func SetResponseFields(w http.ResponseWriter, block []byte, fields []httphead.Field) bool {
 	rw, ok := w.(*response)
 	if !ok || rw.wroteHeader || rw.finished {
 		return false
 	}
-	rw.block, rw.fields = block, fields
+	rw.block = append(rw.block[:0], block...)
+	rw.fields = append(rw.fields[:0], fields...)
 	return true
 }
 
@@ -119,7 +134,7 @@ func (w *response) WriteHeader(code int) {
 // dropLength leaves out of the response's fields a Content-Length that
 // does not parse, as WriteHeader does with the Header's.
 func (w *response) dropLength() {
-	kept := w.fields[:0:0]
+	kept := w.fields[:0] // the response's own copy, filtered in place
 	for _, f := range w.fields {
 		if !f.Is(w.block, "Content-Length") {
 			kept = append(kept, f)

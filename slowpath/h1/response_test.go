@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // TestResponseFraming checks how responses are framed: Content-Length
@@ -188,6 +190,41 @@ func TestResponseFraming(t *testing.T) {
 			status: 200, clen: 0, header: http.Header{"X-A": {"a  X-Injected: 1"}}, absent: []string{"X-Injected"},
 		},
 		{
+			// The fields are the server's own once set: a proxy may reuse
+			// the head they came in (an upstream response's) as soon as
+			// its handler returns, before a head held back is written.
+			name: "fields passed as read, their block reused after",
+			handler: withFields("X-Up: 1\r\nContent-Type: text/plain", func(w http.ResponseWriter, block []byte) {
+				_, _ = io.WriteString(w, "hi")
+				overwrite(block)
+			}),
+			status: 200, clen: 2, body: "hi",
+			header: http.Header{"X-Up": {"1"}, "Content-Type": {"text/plain"}, "Date": nil},
+		},
+		{
+			name: "fields with Content-Length frame the response",
+			handler: withFields("Content-Length: 5\r\nX-Up: 2", func(w http.ResponseWriter, block []byte) {
+				_, _ = io.WriteString(w, "hello")
+				overwrite(block)
+			}),
+			status: 200, clen: 5, body: "hello", header: http.Header{"X-Up": {"2"}},
+		},
+		{
+			name: "fields of a bodiless response, block reused before the head is written",
+			handler: withFields("X-Up: 3\r\nContent-Length: 0", func(_ http.ResponseWriter, block []byte) {
+				overwrite(block)
+			}),
+			status: 200, clen: 0, header: http.Header{"X-Up": {"3"}},
+		},
+		{
+			name: "fields and a held-back body of unknown length",
+			handler: withFields("X-Up: 4", func(w http.ResponseWriter, block []byte) {
+				_, _ = io.WriteString(w, "held")
+				overwrite(block)
+			}),
+			status: 200, clen: 4, body: "held", header: http.Header{"X-Up": {"4"}},
+		},
+		{
 			name: "short body closes the connection",
 			handler: func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Length", "10")
@@ -266,6 +303,31 @@ func TestResponseFraming(t *testing.T) {
 			}
 			cl.expectOpen()
 		})
+	}
+}
+
+// withFields is a handler that passes lines (header lines without their
+// final CRLF) to its response with SetResponseFields, then calls body
+// with the block the fields are in.
+func withFields(lines string, body func(http.ResponseWriter, []byte)) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		block := []byte("HTTP/1.1 200 OK\r\n" + lines + "\r\n\r\n")
+		fields, err := httphead.ScanFields(block, len("HTTP/1.1 200 OK\r\n"), nil, errors.New("malformed"), false)
+		if err != nil {
+			panic("scan test fields: " + err.Error())
+		}
+		if !SetResponseFields(w, block, fields) {
+			panic("SetResponseFields refused the server's own writer")
+		}
+		body(w, block)
+	}
+}
+
+// overwrite spoils a head's bytes, as the next use of a reused buffer
+// would.
+func overwrite(block []byte) {
+	for i := range block {
+		block[i] = 'Z'
 	}
 }
 
