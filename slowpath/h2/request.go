@@ -47,6 +47,17 @@ type requestFields struct {
 // backing array when they are given and vals is large enough; otherwise
 // into new ones.
 func parseRequest(fields []hpack.HeaderField, endStream bool, hdr http.Header, vals []string) (requestFields, error) {
+	rf, regular, err := checkRequest(fields, endStream)
+	if err != nil {
+		return rf, err
+	}
+	rf.fillHeader(regular, hdr, vals)
+	return rf, nil
+}
+
+// checkRequest is parseRequest without building the header: it returns
+// the regular fields (those after the pseudo-header fields).
+func checkRequest(fields []hpack.HeaderField, endStream bool) (requestFields, []hpack.HeaderField, error) {
 	var rf requestFields
 	rf.contentLength = -1
 	hasPath := false
@@ -63,35 +74,60 @@ func parseRequest(fields []hpack.HeaderField, endStream bool, hdr http.Header, v
 		case ":path":
 			rf.path, hasPath = hf.Value, true
 		case ":protocol":
-			return rf, errProtocolPseudo
+			return rf, nil, errProtocolPseudo
 		}
 	}
 	isConnect := rf.method == http.MethodConnect
 	switch {
 	case rf.method == "":
-		return rf, errMissingPseudo
+		return rf, nil, errMissingPseudo
 	case isConnect:
 		if rf.scheme != "" || rf.path != "" || rf.authority == "" {
-			return rf, errConnectPseudo
+			return rf, nil, errConnectPseudo
 		}
 	case rf.scheme == "":
-		return rf, errMissingPseudo
+		return rf, nil, errMissingPseudo
 	case rf.path == "":
 		// Present but empty, or absent: both malformed (§8.3.1).
 		if hasPath {
-			return rf, errEmptyPath
+			return rf, nil, errEmptyPath
 		}
-		return rf, errMissingPseudo
+		return rf, nil, errMissingPseudo
 	case (rf.scheme == "http" || rf.scheme == "https") && rf.path[0] != '/' && (rf.path != "*" || rf.method != http.MethodOptions):
-		return rf, errBadPath
+		return rf, nil, errBadPath
 	}
 	if !validMethod(rf.method) {
-		return rf, fmt.Errorf("invalid :method %q", rf.method)
+		return rf, nil, fmt.Errorf("invalid :method %q", rf.method)
 	}
 	if rf.authority != "" && !httpguts.ValidHostHeader(rf.authority) {
-		return rf, errInvalidAuthority
+		return rf, nil, errInvalidAuthority
 	}
 	regular := fields[n:]
+	for _, hf := range regular {
+		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			return rf, nil, errConnHeader
+		case "te":
+			if !strings.EqualFold(hf.Value, "trailers") {
+				return rf, nil, errTE
+			}
+		case "content-length":
+			n, err := strconv.ParseInt(hf.Value, 10, 64)
+			if err != nil || n < 0 || hf.Value[0] == '+' || rf.contentLength >= 0 && n != rf.contentLength {
+				return rf, nil, errContentLength
+			}
+			rf.contentLength = n
+		}
+	}
+	if endStream && rf.contentLength > 0 {
+		return rf, nil, errLengthMismatch
+	}
+	return rf, regular, nil
+}
+
+// fillHeader builds rf.header from a checked block's regular fields, in
+// hdr and vals as parseRequest says.
+func (rf *requestFields) fillHeader(regular []hpack.HeaderField, hdr http.Header, vals []string) {
 	if hdr != nil {
 		clear(hdr)
 		rf.header = hdr
@@ -107,23 +143,10 @@ func parseRequest(fields []hpack.HeaderField, endStream bool, hdr http.Header, v
 	rf.values = values
 	var cookies []string
 	for _, hf := range regular {
-		switch hf.Name {
-		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			return rf, errConnHeader
-		case "te":
-			if !strings.EqualFold(hf.Value, "trailers") {
-				return rf, errTE
-			}
-		case "cookie":
+		if hf.Name == "cookie" {
 			// §8.2.3: split cookie fields join with "; ".
 			cookies = append(cookies, hf.Value)
 			continue
-		case "content-length":
-			n, err := strconv.ParseInt(hf.Value, 10, 64)
-			if err != nil || n < 0 || hf.Value[0] == '+' || rf.contentLength >= 0 && n != rf.contentLength {
-				return rf, errContentLength
-			}
-			rf.contentLength = n
 		}
 		key := canonicalKey(hf.Name)
 		if vv, ok := rf.header[key]; ok {
@@ -139,10 +162,6 @@ func parseRequest(fields []hpack.HeaderField, endStream bool, hdr http.Header, v
 	} else if len(cookies) > 1 {
 		rf.header["Cookie"] = []string{strings.Join(cookies, "; ")}
 	}
-	if endStream && rf.contentLength > 0 {
-		return rf, errLengthMismatch
-	}
-	return rf, nil
 }
 
 func validMethod(m string) bool {
@@ -155,29 +174,47 @@ func validMethod(m string) bool {
 }
 
 // buildRequest turns a decoded request header block into st's request;
-// end says its HEADERS frame ended the stream.
+// end says its HEADERS frame ended the stream. With Server.Raw, a request
+// that can be offered to it keeps its fields (st.rawFields) and gets an
+// empty Header, filled only if ServeRaw declines (rawHeader).
 func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
+	rf, regular, err := checkRequest(fields, end)
+	if err != nil {
+		return err
+	}
+	srv := st.c.srv
 	var hdr http.Header
 	var vals []string
-	if st.c.srv.ReuseRequestHeader {
+	if srv.ReuseRequestHeader {
 		if st.reqHdr == nil {
 			st.reqHdr = make(http.Header, 8)
 		}
 		hdr, vals = st.reqHdr, st.reqVals
 	}
-	rf, err := parseRequest(fields, end, hdr, vals)
-	if err != nil {
-		return err
-	}
-	if hdr != nil {
-		st.reqVals = rf.values
+	host := rf.authority
+	st.raw = srv.Raw != nil && rf.method != http.MethodConnect && rawOffer(regular)
+	if st.raw {
+		st.rawFields = append(st.rawFields[:0], regular...)
+		if hdr == nil {
+			hdr = make(http.Header)
+		} else {
+			clear(hdr)
+		}
+		rf.header = hdr
+		if host == "" {
+			host = fieldValue(regular, "host")
+		}
+	} else {
+		rf.fillHeader(regular, hdr, vals)
+		if hdr != nil {
+			st.reqVals = rf.values
+		}
+		if host == "" {
+			host = rf.header.Get("Host")
+		}
+		delete(rf.header, "Host")
 	}
 	c := st.c
-	host := rf.authority
-	if host == "" {
-		host = rf.header.Get("Host")
-	}
-	delete(rf.header, "Host")
 	tmpl := http.Request{
 		Method:     rf.method,
 		Proto:      "HTTP/2.0",
@@ -227,13 +264,59 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 			tmpl.ContentLength = -1
 		}
 		st.declared = rf.contentLength
-		if v := rf.header["Expect"]; len(v) == 1 && strings.EqualFold(v[0], "100-continue") {
+		expect := rf.header["Expect"]
+		if st.raw {
+			expect = nil
+			if v := fieldValue(regular, "expect"); v != "" {
+				expect = []string{v}
+			}
+		}
+		if len(expect) == 1 && strings.EqualFold(expect[0], "100-continue") {
 			st.needContinue = true
 		}
 	}
 	st.head = rf.method == http.MethodHead
 	st.req = tmpl.WithContext(st.ctx)
 	return nil
+}
+
+// rawOffer reports whether a request with these regular fields may be
+// offered to Server.Raw: not one declaring trailers, whose Trailer map
+// the request must carry from the start.
+func rawOffer(regular []hpack.HeaderField) bool {
+	for _, hf := range regular {
+		if hf.Name == "trailer" {
+			return false
+		}
+	}
+	return true
+}
+
+// fieldValue is the value of the first field named name (lower case), or
+// "".
+func fieldValue(fields []hpack.HeaderField, name string) string {
+	for _, hf := range fields {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
+
+// rawHeader fills the request's Header from the fields kept for
+// Server.Raw, which declined it: the request is then what it would have
+// been without Raw.
+func (st *stream) rawHeader() {
+	var rf requestFields
+	hdr, vals := st.req.Header, []string(nil)
+	if st.c.srv.ReuseRequestHeader {
+		vals = st.reqVals
+	}
+	rf.fillHeader(st.rawFields, hdr, vals)
+	if st.c.srv.ReuseRequestHeader {
+		st.reqVals = rf.values
+	}
+	delete(hdr, "Host")
 }
 
 // fromUpgrade makes r, the HTTP/1.1 request of an h2c Upgrade, st's

@@ -11,6 +11,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // responseWriter is the http.ResponseWriter a handler gets: a handle on
@@ -49,6 +51,73 @@ func (w *responseWriter) SetReadDeadline(t time.Time) error { return w.st.setDea
 // SetWriteDeadline resets the stream when the response is not done by t.
 func (w *responseWriter) SetWriteDeadline(t time.Time) error { return w.st.setDeadline(t, false) }
 
+// SetResponseFields adds header fields to w's response (w must be this
+// server's ResponseWriter, else it reports false): those of block (an
+// HTTP/1.x head) that fields locate, with canonical names as
+// httphead.ScanFields leaves them, sent after the Header's. They must be
+// end-to-end and must not repeat a name of the Header; names HTTP/2 does
+// not carry (connection-specific ones) and values it cannot are left out,
+// as from the Header. A Content-Length among them frames the response as
+// one in the Header would. Call it before WriteHeader. The head is
+// copied, once, into a string whose parts the fields become (the HPACK
+// encoder's table may keep them): the caller may reuse block and fields
+// when the call returns. A proxy passes an upstream response's fields
+// this way without building a header map for them.
+func SetResponseFields(w http.ResponseWriter, block []byte, fields []httphead.Field) bool {
+	rw, ok := w.(*responseWriter)
+	if !ok || rw.st == nil || rw.st.wroteHeader {
+		return false
+	}
+	st := rw.st
+	st.respBlock = string(block)
+	st.respFields = append(st.respFields[:0], fields...)
+	return true
+}
+
+// fieldsHave reports whether the response's fields (SetResponseFields)
+// include the canonical name.
+func (st *stream) fieldsHave(name string) bool {
+	for _, f := range st.respFields {
+		if st.respBlock[f.K0:f.K1] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldsLength applies a Content-Length among the response's fields, as
+// writeHeader does the Header's: one that does not parse, or several
+// that disagree, are left out.
+func (st *stream) fieldsLength() {
+	n, bad := int64(-1), false
+	for _, f := range st.respFields {
+		if st.respBlock[f.K0:f.K1] != "Content-Length" {
+			continue
+		}
+		v := st.respBlock[f.V0:f.V1]
+		m, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || m < 0 || v[0] == '+' || n >= 0 && m != n {
+			bad = true
+			break
+		}
+		n = m
+	}
+	if !bad {
+		if n >= 0 {
+			st.resCL = n
+		}
+		return
+	}
+	kept := st.respFields[:0]
+	for _, f := range st.respFields {
+		if st.respBlock[f.K0:f.K1] != "Content-Length" {
+			kept = append(kept, f)
+		}
+	}
+	st.respFields = kept
+	st.c.srv.logger().Debug("h2: invalid Content-Length field dropped", "uri", st.req.RequestURI)
+}
+
 func (st *stream) writeHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
@@ -77,6 +146,9 @@ func (st *stream) writeHeader(code int) {
 	}
 	st.wroteHeader = true
 	st.status = code
+	if len(st.respFields) > 0 {
+		st.fieldsLength()
+	}
 	if vv := st.resHdr["Content-Length"]; len(vv) > 0 {
 		n, err := strconv.ParseInt(vv[0], 10, 64)
 		if err != nil || n < 0 {
@@ -245,14 +317,14 @@ func (st *stream) sendHeaderLocked(first []byte, end, finishing bool) error {
 	var extra [3]hpack.HeaderField
 	ex := extra[:0]
 	if bodyAllowed(st.status) {
-		if _, ok := h["Content-Type"]; !ok && len(first) > 0 && !st.head {
+		if _, ok := h["Content-Type"]; !ok && len(first) > 0 && !st.head && !st.fieldsHave("Content-Type") {
 			ex = append(ex, hpack.HeaderField{Name: "content-type", Value: http.DetectContentType(first[:min(len(first), 512)])})
 		}
-		if _, ok := h["Content-Length"]; !ok && finishing && (st.written > 0 || !st.head) {
+		if _, ok := h["Content-Length"]; !ok && finishing && (st.written > 0 || !st.head) && !st.fieldsHave("Content-Length") {
 			ex = append(ex, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(st.written, 10)})
 		}
 	}
-	if _, ok := h["Date"]; !ok {
+	if _, ok := h["Date"]; !ok && !st.fieldsHave("Date") {
 		ex = append(ex, hpack.HeaderField{Name: "date", Value: httpDate()})
 	}
 	st.sentHeader = true
@@ -260,7 +332,8 @@ func (st *stream) sendHeaderLocked(first []byte, end, finishing bool) error {
 }
 
 // writeFieldsLocked encodes a response header block (status, the map
-// minus connection-specific fields and trailers, extra) and writes it.
+// minus connection-specific fields and trailers, for a final response
+// the fields of SetResponseFields, extra) and writes it.
 func (st *stream) writeFieldsLocked(status int, h http.Header, extra []hpack.HeaderField, end bool) error {
 	c := st.c
 	if c.closed {
@@ -278,6 +351,15 @@ func (st *stream) writeFieldsLocked(status int, h http.Header, extra []hpack.Hea
 				continue
 			}
 			_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	if status >= 200 {
+		for _, f := range st.respFields {
+			name, ok := responseFieldName(st.respBlock[f.K0:f.K1])
+			v := st.respBlock[f.V0:f.V1]
+			if ok && httpguts.ValidHeaderFieldValue(v) {
+				_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+			}
 		}
 	}
 	for _, f := range extra {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/novaedge/novaedge/slowpath/internal/workpool"
 )
 
@@ -47,6 +49,10 @@ type Server struct {
 	// sets it; a handler that reads the request later (grpc-go's
 	// ServeHTTP reads its context) must not.
 	ReuseRequestHeader bool
+	// Raw, when set, is offered each request (but CONNECT and requests
+	// declaring trailers) with its header fields as decoded, before its
+	// Header map is built (see RawHandler).
+	Raw RawHandler
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -223,4 +229,18 @@ func (s *Server) Close() error {
 		c.closeNow(ErrServerClosed)
 	}
 	return nil
+}
+
+// RawHandler serves requests from their header fields as decoded, which
+// saves building a header map for the request (and, through
+// SetResponseFields, encoding one for the response).
+type RawHandler interface {
+	// ServeRaw serves r, whose Header is empty: its regular header
+	// fields (lower-case names, in the order received, a split cookie
+	// as several fields, Host among them if the client sent one; checked
+	// as RFC 9113 asks) are fields. It returns false, having written
+	// nothing and kept nothing of r or fields, to have the server build
+	// r.Header and serve r with Handler instead. fields is valid until
+	// ServeRaw returns; its strings may be kept.
+	ServeRaw(w http.ResponseWriter, r *http.Request, fields []hpack.HeaderField) bool
 }

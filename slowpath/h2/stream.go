@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/novaedge/novaedge/slowpath/internal/ctxhook"
+	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 )
 
 // stream is one request/response exchange. Fields after the marker are
@@ -40,6 +41,15 @@ type stream struct {
 	// for the next request (Server.ReuseRequestHeader).
 	reqHdr  http.Header
 	reqVals []string
+	// raw says the request is offered to Server.Raw with rawFields, its
+	// regular header fields as decoded (the slice kept with the stream).
+	raw       bool
+	rawFields []hpack.HeaderField
+	// respBlock and respFields are the response fields a handler passed
+	// as read (SetResponseFields): a copy of their head and where they
+	// are in it.
+	respBlock  string
+	respFields []httphead.Field
 
 	// The response's state, owned by the handler's goroutine.
 	status      int
@@ -120,7 +130,16 @@ func (st *stream) free() {
 	}
 	clear(keys)
 	clear(st.trailers)
-	*st = stream{gen: st.gen + 1, resHdr: st.resHdr, reqHdr: st.reqHdr, reqVals: st.reqVals, run: st.run, cancelFn: st.cancelFn, buf: buf[:0], wbuf: wbuf[:0], trailerKeys: keys[:0]}
+	rawFields, respFields := st.rawFields, st.respFields
+	clear(rawFields[:cap(rawFields)]) // let go of the strings
+	if cap(rawFields) > 64 {
+		rawFields = nil
+	}
+	if cap(respFields) > 64 {
+		respFields = nil
+	}
+	*st = stream{gen: st.gen + 1, resHdr: st.resHdr, reqHdr: st.reqHdr, reqVals: st.reqVals, run: st.run, cancelFn: st.cancelFn, buf: buf[:0], wbuf: wbuf[:0], trailerKeys: keys[:0],
+		rawFields: rawFields[:0], respFields: respFields[:0]}
 	streamPool.Put(st)
 }
 
@@ -147,6 +166,13 @@ func (st *stream) runHandler() {
 		rw.st = nil
 		st.done()
 	}()
+	if st.raw {
+		if c.srv.Raw.ServeRaw(rw, st.req, st.rawFields) {
+			st.finish()
+			return
+		}
+		st.rawHeader()
+	}
 	c.srv.Handler.ServeHTTP(rw, st.req)
 	st.finish()
 }
