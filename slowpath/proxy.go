@@ -68,7 +68,7 @@ type Options struct {
 	// path runs on this node, so those services still answer.
 	ServeFastPlan bool
 	// NoRawPath turns the raw request path off (see raw.go): every
-	// HTTP/1.x request then gets a header map, as HTTP/2 and HTTP/3
+	// HTTP/1.x and HTTP/2 request then gets a header map, as HTTP/3
 	// requests do. For comparisons and as a way out should the path
 	// misbehave.
 	NoRawPath bool
@@ -395,6 +395,7 @@ func (p *Proxy) serve(s *sockets.Socket) {
 	}
 	if !p.opts.NoRawPath {
 		hs.h1.Raw = &rawHandler{p: p, key: key}
+		hs.h2.Raw = &rawH2Handler{p: p, key: key}
 	}
 	p.servers[key] = hs
 	p.log.Info("listener open", "socket", key.String())

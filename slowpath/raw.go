@@ -4,17 +4,22 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/novaedge/novaedge/slowpath/h1"
+	"github.com/novaedge/novaedge/slowpath/h2"
 	"github.com/novaedge/novaedge/slowpath/internal/httphead"
 	"github.com/novaedge/novaedge/slowpath/sockets"
 	"github.com/novaedge/novaedge/slowpath/upstream"
 )
 
-// The raw request path: the common HTTP/1.x request (no body or one with a
-// Content-Length, a route without filters, a plain HTTP/1.1 backend) is proxied from its header
-// fields as read, and the backend's answer from its fields as read,
+// The raw request path: the common HTTP/1.x or HTTP/2 request (no body or
+// one with a Content-Length, a route without filters, a plain HTTP/1.1
+// backend) is proxied from its header fields as read (HTTP/1.x) or
+// decoded (HTTP/2), and the backend's answer from its fields as read,
 // without a header map either way. Profiles put building, copying and
 // writing those maps at about a third of the CPU time of such a request.
 // The exchange is the same as for any other request (balancing, retries,
@@ -22,26 +27,48 @@ import (
 // headers travel differently. Anything the path does not cover is served
 // the usual way: the server builds the header map when ServeRaw declines.
 
-// rawHandler offers a socket's requests to its Proxy's raw path.
+// rawHandler offers a socket's HTTP/1.x requests to its Proxy's raw path.
 type rawHandler struct {
 	p   *Proxy
 	key sockets.Key
 }
 
 func (h *rawHandler) ServeRaw(w http.ResponseWriter, r *http.Request, head *h1.Head) bool {
-	return h.p.serveRaw(h.key, w, r, head)
+	if !plainConnection(head.Block, head.Fields) {
+		return false
+	}
+	return h.p.serveRaw(h.key, w, r, head, nil)
 }
 
-// serveRaw serves r from its fields, or declines (false) having done
-// nothing when the request needs what only the header map path does:
-// routing on headers, filters, compression, scheme redirects,
-// hash affinity on a header or cookie, a backend other than plain
-// HTTP/1.1, or hop-by-hop fields named in Connection.
-func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Request, head *h1.Head) bool {
+// rawH2Handler offers a socket's HTTP/2 requests to its Proxy's raw path.
+type rawH2Handler struct {
+	p   *Proxy
+	key sockets.Key
+}
+
+func (h *rawH2Handler) ServeRaw(w http.ResponseWriter, r *http.Request, fields []hpack.HeaderField) bool {
+	if r.Body != http.NoBody && r.ContentLength < 0 {
+		return false // a body of unknown length: chunked upstream
+	}
+	if strings.HasPrefix(fieldValue(fields, "content-type"), "application/grpc") {
+		return false // its errors are gRPC statuses (writeError reads the header)
+	}
+	if fieldValue(fields, "expect") != "" {
+		return false // the upstream client waits for 100 Continue by the header map
+	}
+	return h.p.serveRaw(h.key, w, r, nil, fields)
+}
+
+// serveRaw serves r from its fields (an HTTP/1.x head, or HTTP/2 fields),
+// or declines (false) having done nothing when the request needs what
+// only the header map path does: routing on headers, filters,
+// compression, scheme redirects, hash affinity on a header or cookie, or
+// a backend other than plain HTTP/1.1.
+func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Request, head *h1.Head, h2Fields []hpack.HeaderField) bool {
 	cfg := p.cfg.Load()
 	ln := cfg.listeners[key]
 	if ln == nil || ln.redirect != nil || ln.compress != nil || ln.router.MatchesHeaders() ||
-		len(r.RequestURI) > p.opts.MaxURIBytes || !plainConnection(head.Block, head.Fields) ||
+		len(r.RequestURI) > p.opts.MaxURIBytes ||
 		p.opts.MaxRequestBodyBytes > 0 && r.ContentLength > p.opts.MaxRequestBodyBytes {
 		return false
 	}
@@ -78,8 +105,14 @@ func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Reques
 		rw.Header()["Alt-Svc"] = ln.altSvcVals
 	}
 	x.rawFields = true
-	x.reqFields = takeFields(x.reqFields[:0], r, head)
-	x.scratch.SetRequestFields(head.Block, x.reqFields)
+	if head != nil {
+		x.reqFields = takeFields(x.reqFields[:0], r, head)
+		x.scratch.SetRequestFields(head.Block, x.reqFields)
+	} else {
+		// HTTP/2 fields become header lines, ahead of the forwarding
+		// fields (rawForwarding appends those).
+		x.fwdLines = takeH2Fields(x.fwdLines[:0], r, h2Fields)
+	}
 	x.scratch.WantFields()
 	p.forward(x, w, r, ln, m, be)
 	return true
@@ -174,12 +207,99 @@ func takeFields(dst []httphead.Field, r *http.Request, head *h1.Head) []httphead
 	return dst
 }
 
+// takeH2Fields is takeFields for HTTP/2 fields: those the exchange or
+// the upstream client reads go into r.Header, the rest are appended to dst as HTTP/1.1 header lines
+// with canonical names, a split cookie joined into one (RFC 9113 §8.2.3).
+// HTTP/2 has no connection-specific fields (the server rejects them) but
+// TE: trailers.
+func takeH2Fields(dst []byte, r *http.Request, fields []hpack.HeaderField) []byte {
+	cookies := 0
+	for _, hf := range fields {
+		var key string
+		switch hf.Name {
+		case "host", "x-forwarded-host", "x-forwarded-proto", "content-length",
+			"proxy-authenticate", "proxy-authorization":
+			continue // r.Host; set by rewriteOut; r.ContentLength; hop-by-hop
+		case "cookie":
+			cookies++
+			continue
+		case "x-request-id":
+			key = requestIDHeader
+		case "x-forwarded-for":
+			key = "X-Forwarded-For"
+		case "forwarded":
+			key = "Forwarded"
+		case "te":
+			key = "Te"
+		case "idempotency-key", "x-idempotency-key":
+			// Sent from the upstream header map, where the client looks
+			// for it to tell a request it may send again.
+			key = canonicalH2(hf.Name)
+		default:
+			dst = appendCanonical(dst, hf.Name)
+			dst = append(dst, ": "...)
+			dst = append(dst, hf.Value...)
+			dst = append(dst, "\r\n"...)
+			continue
+		}
+		r.Header[key] = append(r.Header[key], hf.Value)
+	}
+	if cookies > 0 {
+		dst = append(dst, "Cookie: "...)
+		n := 0
+		for _, hf := range fields {
+			if hf.Name == "cookie" {
+				if n > 0 {
+					dst = append(dst, "; "...)
+				}
+				dst = append(dst, hf.Value...)
+				n++
+			}
+		}
+		dst = append(dst, "\r\n"...)
+	}
+	return dst
+}
+
+func canonicalH2(name string) string {
+	if name == "idempotency-key" {
+		return "Idempotency-Key"
+	}
+	return "X-Idempotency-Key"
+}
+
+// appendCanonical appends a lower-case field name in canonical form
+// (textproto.CanonicalMIMEHeaderKey's, for a valid name).
+func appendCanonical(dst []byte, name string) []byte {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		dst = append(dst, c)
+		upper = c == '-'
+	}
+	return dst
+}
+
+// fieldValue is the value of the first HTTP/2 field named name, or "".
+func fieldValue(fields []hpack.HeaderField, name string) string {
+	for _, hf := range fields {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
+
 // rawForwarding is rewriteOut's forwarding fields for a raw request,
 // written as header lines rather than set in the header map: the same
 // fields with the same values. Those of the client that it replaces are
-// deleted from h, the upstream header map.
+// deleted from h, the upstream header map. They follow the lines already
+// in x.fwdLines (an HTTP/2 request's own fields).
 func (x *exchange) rawForwarding(in *http.Request, h http.Header, proto string) {
-	b := x.fwdLines[:0]
+	b := x.fwdLines
 	if clientIP, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
 		b = append(b, "X-Forwarded-For: "...)
 		for _, v := range in.Header["X-Forwarded-For"] {
@@ -229,5 +349,5 @@ func (x *exchange) responseFields(w http.ResponseWriter) bool {
 		}
 	}
 	x.respFields = kept
-	return h1.SetResponseFields(w, block, kept)
+	return h1.SetResponseFields(w, block, kept) || h2.SetResponseFields(w, block, kept)
 }

@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/slowpath/internal/testcert"
 )
@@ -259,26 +262,34 @@ func exchangeVia(t *testing.T, proxy string, be *recordingBackend, req string) e
 	b.Write(body)
 	res.response = b.String()
 
+	res.upstream = upstreamSeen(t, be, strings.Contains(req, "X-Request-Id"))
+	return res
+}
+
+// upstreamSeen is the request the backend got last, normalized ("" when
+// the proxy answered itself): the generated request ID (unless the client
+// sent one, clientID) is checked and left out.
+func upstreamSeen(t *testing.T, be *recordingBackend, clientID bool) string {
+	t.Helper()
 	head, upBody := be.take()
 	if head == nil {
-		return res // the proxy answered itself
+		return ""
 	}
 	ur, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
 		t.Fatalf("backend got an unreadable head: %v\n%s", err, head)
 	}
-	if !strings.Contains(req, "X-Request-Id") {
+	if !clientID {
 		if id := ur.Header.Get("X-Request-Id"); !requestIDPattern.MatchString(id) {
 			t.Errorf("request ID %q", id)
 		}
 		ur.Header.Del("X-Request-Id")
 	}
-	b.Reset()
+	var b strings.Builder
 	b.WriteString(ur.Method + " " + ur.RequestURI + " " + ur.Proto + "\nHost: " + ur.Host + "\n")
 	writeSorted(&b, ur.Header)
 	b.WriteString("body: " + string(upBody) + "\n")
-	res.upstream = b.String()
-	return res
+	return b.String()
 }
 
 func writeSorted(b *strings.Builder, h http.Header) {
@@ -416,4 +427,168 @@ func TestRawPathAltSvc(t *testing.T) {
 	if n := served.Load(); n != 3 {
 		t.Errorf("raw path served %d of 3 requests", n)
 	}
+}
+
+// rawH2Requests are HTTP/2 requests sent to both proxies: regular fields
+// (name, value pairs after the pseudo-header fields), a body (sent as
+// DATA after HEADERS), and whether the raw path takes them.
+var rawH2Requests = []struct {
+	name   string
+	method string
+	fields []string
+	body   string
+	raw    bool
+}{
+	{"plain", "GET", []string{"user-agent", "t", "accept", "*/*", "x-many", "1", "x-many", "2", "x-dash-name-z", "v"}, "", true},
+	{"forwarding fields", "GET", []string{"x-forwarded-for", "10.0.0.1", "forwarded", "for=10.0.0.1", "x-request-id", "abc",
+		"x-forwarded-host", "spoof", "x-forwarded-proto", "https", "te", "trailers"}, "", true},
+	{"split cookie", "GET", []string{"cookie", "a=1", "x-b", "2", "cookie", "b=2", "cookie", "c=3"}, "", true},
+	{"host field", "GET", []string{"host", "other.example", "x-a", "1"}, "", true},
+	{"proxy fields", "GET", []string{"proxy-authorization", "Basic eDp5", "x-a", "1"}, "", true},
+	{"HEAD", "HEAD", nil, "", true},
+	{"DELETE with an idempotency key", "DELETE", []string{"idempotency-key", "k"}, "", true},
+	{"body", "POST", []string{"content-length", "2", "content-type", "text/plain"}, "hi", true},
+	{"empty body", "PUT", []string{"content-length", "0"}, "", true},
+	{"body of unknown length", "POST", nil, "hi", false},
+	{"gRPC", "POST", []string{"content-type", "application/grpc", "te", "trailers", "content-length", "5"}, "\x00\x00\x00\x00\x00", false},
+	{"trailers declared", "POST", []string{"trailer", "x-t", "content-length", "2"}, "hi", false},
+}
+
+// TestRawPathEquivalenceH2 is TestRawPathEquivalence for HTTP/2 clients
+// (h2c with prior knowledge): HTTP/2 fields in, HTTP/1.1 fields back.
+func TestRawPathEquivalenceH2(t *testing.T) {
+	var served atomic.Int64
+	rawServed = func() { served.Add(1) }
+	t.Cleanup(func() { rawServed = nil })
+
+	be := startRecordingBackend(t)
+	addr := be.ln.Addr().String()
+	rawEnv := newEnv(t)
+	mapEnv := newEnvWith(t, func(o *Options) { o.NoRawPath = true })
+	for _, e := range []*env{rawEnv, mapEnv} {
+		e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))}, []*pb.Backend{backendOf("ns/a", addr)}))
+	}
+	paths := make([]string, 0, len(rawResponses))
+	for p := range rawResponses {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	rawCases := 0
+	for _, rq := range rawH2Requests {
+		for _, path := range paths {
+			if path == "/head" && rq.method != "HEAD" || rq.method == "HEAD" && path != "/head" && path != "/plain" {
+				continue
+			}
+			t.Run(rq.name+" "+path, func(t *testing.T) {
+				before := served.Load()
+				got := h2ExchangeVia(t, rawEnv.addr, be, rq.method, path, rq.fields, rq.body)
+				if n := served.Load() - before; rq.raw && n != 1 || !rq.raw && n != 0 {
+					t.Errorf("raw path served %d requests, want raw=%v", n, rq.raw)
+				}
+				want := h2ExchangeVia(t, mapEnv.addr, be, rq.method, path, rq.fields, rq.body)
+				if got.upstream != want.upstream {
+					t.Errorf("upstream request differs\nraw path:\n%s\nheader map path:\n%s", got.upstream, want.upstream)
+				}
+				if got.response != want.response {
+					t.Errorf("client response differs\nraw path:\n%s\nheader map path:\n%s", got.response, want.response)
+				}
+				if rq.raw && strings.Contains(got.response, ":status 200") && !strings.Contains(got.upstream, "Host: a.example:8443") {
+					t.Errorf("upstream Host is not the :authority: %s", got.upstream)
+				}
+			})
+			if rq.raw {
+				rawCases++
+			}
+		}
+	}
+	if rawCases == 0 {
+		t.Fatal("no case for the raw path")
+	}
+}
+
+// h2ExchangeVia sends one request over a new h2c connection to proxy
+// (:authority a.example:8443) and returns what the backend and the client
+// saw, normalized: each header block's fields sorted by name, values in
+// order; DATA joined; a reset named.
+func h2ExchangeVia(t *testing.T, proxy string, be *recordingBackend, method, path string, fields []string, body string) exchangeResult {
+	t.Helper()
+	nc, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = nc.Close() }()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	fr := http2.NewFramer(nc, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	var hbuf bytes.Buffer
+	enc := hpack.NewEncoder(&hbuf)
+	all := append([]string{":method", method, ":scheme", "http", ":authority", "a.example:8443", ":path", path}, fields...)
+	for i := 0; i+1 < len(all); i += 2 {
+		_ = enc.WriteField(hpack.HeaderField{Name: all[i], Value: all[i+1]})
+	}
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hbuf.Bytes(), EndStream: body == "" && method != "POST", EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if body != "" || method == "POST" {
+		if err := fr.WriteData(1, true, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b strings.Builder
+	var data []byte
+	clientID := false
+	for i := 0; i+1 < len(fields); i += 2 {
+		clientID = clientID || fields[i] == "x-request-id"
+	}
+read:
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("read frame: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.MetaHeadersFrame:
+			h := http.Header{}
+			for _, hf := range f.Fields {
+				if hf.Name == ":status" {
+					b.WriteString(":status " + hf.Value + "\n")
+					continue
+				}
+				h[hf.Name] = append(h[hf.Name], hf.Value)
+			}
+			if len(data) == 0 && !strings.HasPrefix(f.PseudoValue("status"), "1") && f.PseudoValue("status") != "" {
+				if len(h["date"]) != 1 {
+					t.Errorf("response with %d Date fields", len(h["date"]))
+				}
+				delete(h, "date")
+			}
+			writeSorted(&b, h)
+			if f.StreamEnded() {
+				break read
+			}
+		case *http2.DataFrame:
+			data = append(data, f.Data()...)
+			if f.StreamEnded() {
+				break read
+			}
+		case *http2.RSTStreamFrame:
+			b.WriteString("reset " + f.ErrCode.String() + "\n")
+			break read
+		case *http2.GoAwayFrame:
+			b.WriteString("goaway " + f.ErrCode.String() + "\n")
+			break read
+		}
+	}
+	b.WriteString("body: " + string(data) + "\n")
+	return exchangeResult{response: b.String(), upstream: upstreamSeen(t, be, clientID)}
 }
