@@ -159,28 +159,33 @@ func fixedBackend(b *testing.B, resp string) string {
 // BenchmarkProxyH2 is BenchmarkProxyRaw over h2c with prior knowledge: one
 // connection per client goroutine keeping 16 streams in flight, from a
 // client that decodes no header block (it only counts END_STREAMs), so
-// that allocations per op are nearly all the proxy's.
+// that allocations per op are nearly all the proxy's; "raw" by the raw
+// request path, "map" with it off.
 func BenchmarkProxyH2(b *testing.B) {
-	e := newEnvB(b)
-	be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
-	r := rule(prefix("/"), "ns/a")
-	r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
-	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
-	const clients, streams = 2, 16
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := h2Client(e.addr, streams, func() bool { return next.Add(1) <= int64(b.N) }); err != nil {
-				b.Error(err)
+	for _, mode := range []string{"raw", "map"} {
+		b.Run(mode, func(b *testing.B) {
+			e := newEnvWith(b, func(o *Options) { o.NoRawPath = mode == "map" })
+			be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
+			r := rule(prefix("/"), "ns/a")
+			r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
+			e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
+			const clients, streams = 2, 16
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := h2Client(e.addr, streams, func() bool { return next.Add(1) <= int64(b.N) }); err != nil {
+						b.Error(err)
+					}
+				}()
 			}
-		}()
+			wg.Wait()
+		})
 	}
-	wg.Wait()
 }
 
 // h2Client sends GETs over one h2c connection, streams at a time, while

@@ -171,7 +171,7 @@ routes through graceful restart until the next agent refreshes them);
 	fl.BoolVar(&f.watch, "watch", true, "re-read the configuration files when they change (SIGHUP and novaedgectl reload work either way)")
 	fl.StringVar(&f.handoffSocket, "handoff-socket", "/run/novaedge/handoff.sock", "Unix socket for restarts without a refused connection: a starting agent takes the listening sockets of the running one here, and the running one then drains and exits; empty: no handoff")
 	fl.Uint64Var(&f.gcHeadroom, "gc-headroom-mib", 16, "let the heap grow at least this many MiB between garbage collections (GOGC up to 400 while the live heap is small; 100 once it is this large). 0, or GOGC in the environment, leaves the Go default")
-	fl.BoolVar(&f.rawPath, "http-raw-path", true, "serve common HTTP/1.x requests (routes without filters, plain HTTP/1.1 backends) from their header fields as read, without header maps; false serves every request the general way")
+	fl.BoolVar(&f.rawPath, "http-raw-path", true, "serve common HTTP/1.x and HTTP/2 requests (routes without filters, plain HTTP/1.1 backends) from their header fields as read, without header maps; false serves every request the general way")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --metrics-addr (for performance investigations; do not expose)")
 	fl.StringVar(&f.fastpath, "fastpath", "auto", "the XDP fast path: on (fail when it cannot run), auto (run it when the kernel can, else warn and serve everything from the slow path) or off")
 	fl.StringArrayVar(&f.interfaces, "interface", nil, "interface to attach the XDP fast path to; repeatable; VLAN and bond devices resolve to their parent and slaves; empty: the interface of the default route")
