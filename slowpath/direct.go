@@ -147,7 +147,7 @@ func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
 func copyEndToEnd(dst, src http.Header) http.Header {
 	if dst == nil {
 		dst = make(http.Header, len(src))
-	} else {
+	} else if len(dst) > 0 {
 		clear(dst)
 	}
 	addEndToEnd(dst, src)
@@ -157,6 +157,9 @@ func copyEndToEnd(dst, src http.Header) http.Header {
 // addEndToEnd adds to dst the fields of src that are end-to-end, and
 // removes from dst those src's Connection names.
 func addEndToEnd(dst, src http.Header) {
+	if len(src) == 0 {
+		return
+	}
 	for k, vs := range src {
 		if !hopByHop(k) {
 			dst[k] = vs

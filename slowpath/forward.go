@@ -144,7 +144,9 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.bodyOpen = false
 	x.w = nil
 	x.outReq = http.Request{}
-	clear(x.outHeader)
+	if len(x.outHeader) > 0 {
+		clear(x.outHeader)
+	}
 	x.outURL = url.URL{}
 	x.scratch.Clear()
 	x.fwdVals = [5]string{}

@@ -48,7 +48,9 @@ type response struct {
 }
 
 func (w *response) reset(r *http.Request) {
-	clear(w.hdr)
+	if len(w.hdr) > 0 {
+		clear(w.hdr)
+	}
 	block, fields := w.block[:0], w.fields[:0]
 	if cap(block) > maxKeptBlock {
 		// One huge upstream head does not pin its copy for the

@@ -129,7 +129,9 @@ func checkRequest(fields []hpack.HeaderField, endStream bool) (requestFields, []
 // hdr and vals as parseRequest says.
 func (rf *requestFields) fillHeader(regular []hpack.HeaderField, hdr http.Header, vals []string) {
 	if hdr != nil {
-		clear(hdr)
+		if len(hdr) > 0 {
+			clear(hdr)
+		}
 		rf.header = hdr
 	} else {
 		rf.header = make(http.Header, len(regular))
@@ -197,7 +199,7 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		st.rawFields = append(st.rawFields[:0], regular...)
 		if hdr == nil {
 			hdr = make(http.Header)
-		} else {
+		} else if len(hdr) > 0 {
 			clear(hdr)
 		}
 		rf.header = hdr

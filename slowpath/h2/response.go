@@ -149,6 +149,9 @@ func (st *stream) writeHeader(code int) {
 	if len(st.respFields) > 0 {
 		st.fieldsLength()
 	}
+	if len(st.resHdr) == 0 {
+		return // the raw path's response: its fields are in respFields
+	}
 	if vv := st.resHdr["Content-Length"]; len(vv) > 0 {
 		n, err := strconv.ParseInt(vv[0], 10, 64)
 		if err != nil || n < 0 {
@@ -280,6 +283,9 @@ func (st *stream) finish() {
 // hasTrailers reports whether a declared trailer got a value or a
 // TrailerPrefix key is set.
 func (st *stream) hasTrailers() bool {
+	if len(st.resHdr) == 0 {
+		return false
+	}
 	for _, k := range st.trailerKeys {
 		if len(st.resHdr[k]) > 0 {
 			return true

@@ -118,8 +118,13 @@ func (st *stream) free() {
 	if st.cancel != nil {
 		st.cancel(nil)
 	}
-	clear(st.resHdr)
-	clear(st.reqHdr)
+	// Clearing an empty map that has had entries still walks it.
+	if len(st.resHdr) > 0 {
+		clear(st.resHdr)
+	}
+	if len(st.reqHdr) > 0 {
+		clear(st.reqHdr)
+	}
 	clear(st.reqVals[:cap(st.reqVals)])
 	if cap(st.reqVals) > 64 {
 		st.reqVals = nil // a rare request with many fields

@@ -144,7 +144,9 @@ type Scratch struct {
 // set by SetRequestFields and WantFields end too.
 func (s *Scratch) Clear() {
 	s.r = response{}
-	clear(s.header)
+	if len(s.header) > 0 {
+		clear(s.header)
+	}
 	s.reqBlock, s.reqFields, s.reqLines = nil, nil, nil
 	s.wantFields, s.hasFields = false, false
 	s.block, s.fields = s.block[:0], s.fields[:0]
@@ -337,6 +339,9 @@ func target(req *http.Request) (addr, host string, err error) {
 }
 
 func validHeaders(h http.Header) error {
+	if len(h) == 0 {
+		return nil // ranging over an empty map is not free
+	}
 	for k, vs := range h {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return fmt.Errorf("upstream: invalid header field name %q", k)
