@@ -1,6 +1,7 @@
 package slowpath
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -163,12 +164,11 @@ func redirectScheme(w http.ResponseWriter, r *http.Request, rd *schemeRedirect) 
 
 // newRequestID returns 16 random bytes in hex, with one allocation.
 func newRequestID() string {
+	var src [16]byte
+	binary.LittleEndian.PutUint64(src[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(src[8:], rand.Uint64())
 	var b [32]byte
-	a, c := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		hex.Encode(b[4*i:4*i+2], []byte{byte(a >> (8 * i))})
-		hex.Encode(b[4*i+2:4*i+4], []byte{byte(c >> (8 * i))})
-	}
+	hex.Encode(b[:], src[:])
 	return string(b[:])
 }
 

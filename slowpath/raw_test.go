@@ -596,3 +596,14 @@ read:
 	b.WriteString("body: " + string(data) + "\n")
 	return exchangeResult{response: b.String(), upstream: upstreamSeen(t, be, clientID)}
 }
+
+func TestNewRequestID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newRequestID()
+		if !requestIDPattern.MatchString(id) || seen[id] {
+			t.Fatalf("request ID %q: not 32 hex digits, or seen before", id)
+		}
+		seen[id] = true
+	}
+}
