@@ -198,6 +198,7 @@ func h2Client(addr string, streams int, more func() bool) error {
 	defer func() { _ = nc.Close() }()
 	bw := bufio.NewWriterSize(nc, 32<<10)
 	fr := http2.NewFramer(bw, bufio.NewReaderSize(nc, 32<<10))
+	fr.SetReuseFrames()
 	var hbuf bytes.Buffer
 	henc := hpack.NewEncoder(&hbuf)
 	_, _ = bw.WriteString(http2.ClientPreface)

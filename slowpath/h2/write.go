@@ -21,10 +21,14 @@ import (
 // All fields are guarded by the connection's mutex except while flush
 // holds a buffer it took out.
 type writeBuf struct {
-	c        *conn
-	buf      []byte // pending, in order
-	spare    []byte
-	err      error
+	c     *conn
+	buf   []byte // pending, in order
+	spare []byte
+	// bufH and spareH are the pool's holders of buf and spare, kept so
+	// that giving a buffer back allocates no new one.
+	bufH, spareH *[]byte
+	flushFn      func() // flush, bound once: go flushFn() allocates no closure
+	err          error
 	flushing bool // a flush goroutine runs; it owns writing buf
 	done     chan struct{}
 	// deadline is the write deadline set for the server's SendTimeout,
@@ -51,7 +55,10 @@ const closeFlushWait = 5 * time.Second
 
 var outBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
-func (w *writeBuf) init(c *conn) { w.c = c }
+func (w *writeBuf) init(c *conn) {
+	w.c = c
+	w.flushFn = w.flush
+}
 
 // Write appends p to the pending bytes; the Framer calls it, with the
 // connection's mutex held, once per frame.
@@ -60,7 +67,8 @@ func (w *writeBuf) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	if w.buf == nil {
-		w.buf = (*outBufs.Get().(*[]byte))[:0]
+		w.bufH = outBufs.Get().(*[]byte)
+		w.buf = (*w.bufH)[:0]
 	}
 	w.buf = append(w.buf, p...)
 	return len(p), nil
@@ -73,7 +81,7 @@ func (w *writeBuf) kick() {
 		return
 	}
 	w.flushing = true
-	go w.flush()
+	go w.flushFn()
 }
 
 // full reports whether a handler must wait before adding more.
@@ -89,13 +97,13 @@ func (w *writeBuf) flush() {
 	c := w.c
 	c.mu.Lock()
 	for len(w.buf) > 0 && w.err == nil {
-		b := w.buf
-		w.buf = w.spare[:0]
-		w.spare = nil
+		b, bh := w.buf, w.bufH
+		w.buf, w.bufH = w.spare[:0], w.spareH
+		w.spare, w.spareH = nil, nil
 		c.mu.Unlock()
 		err := w.writeOut(b)
 		c.mu.Lock()
-		w.spare = b[:0]
+		w.spare, w.spareH = b[:0], bh
 		if err != nil {
 			w.err = err
 			// The reader notices on its next read.
@@ -103,13 +111,9 @@ func (w *writeBuf) flush() {
 		}
 		c.cond.Broadcast()
 	}
-	for _, b := range [][]byte{w.buf, w.spare} {
-		if b != nil && cap(b) <= maxPending+64<<10 {
-			b = b[:0]
-			outBufs.Put(&b)
-		}
-	}
-	w.buf, w.spare = nil, nil
+	putOutBuf(w.buf, w.bufH)
+	putOutBuf(w.spare, w.spareH)
+	w.buf, w.spare, w.bufH, w.spareH = nil, nil, nil, nil
 	w.flushing = false
 	if w.done != nil {
 		close(w.done)
@@ -117,6 +121,19 @@ func (w *writeBuf) flush() {
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
+}
+
+// putOutBuf gives b back to outBufs in its holder h (nil: b is nil, or
+// came from elsewhere), unless it grew too large to keep.
+func putOutBuf(b []byte, h *[]byte) {
+	if b == nil || cap(b) > maxPending+64<<10 {
+		return
+	}
+	if h == nil {
+		h = new([]byte)
+	}
+	*h = b[:0]
+	outBufs.Put(h)
 }
 
 // writeOut writes b, in pieces of at most sendChunk when the server has
