@@ -412,20 +412,28 @@ func TestRawPathAltSvc(t *testing.T) {
 	s.Cluster.Routes[0].Listeners = append(s.Cluster.Routes[0].Listeners, h3l.Name)
 	e.mustApply(s)
 
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: "h3.test", RootCAs: ca.Pool()}}}
 	ours := `h3=":` + strconv.Itoa(int(e.port)) + `"; ma=86400`
-	for _, tc := range []struct{ path, want string }{{"/plain", ours}, {"/alt-svc", `h2=":8443"`}, {"/plain", ours}} {
-		resp, _, body := get(t, c, "https://"+e.addr+tc.path)
-		if got := resp.Header.Values("Alt-Svc"); len(got) != 1 || got[0] != tc.want {
-			t.Errorf("%s: Alt-Svc %q, want %q", tc.path, got, tc.want)
+	for _, proto := range []string{"HTTP/1.1", "HTTP/2.0"} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: "h3.test", RootCAs: ca.Pool()}, ForceAttemptHTTP2: proto == "HTTP/2.0"}
+		c := &http.Client{Transport: tr}
+		before := served.Load()
+		for _, tc := range []struct{ path, want string }{{"/plain", ours}, {"/alt-svc", `h2=":8443"`}, {"/plain", ours}} {
+			resp, _, body := get(t, c, "https://"+e.addr+tc.path)
+			if got := resp.Header.Values("Alt-Svc"); len(got) != 1 || got[0] != tc.want {
+				t.Errorf("%s %s: Alt-Svc %q, want %q", proto, tc.path, got, tc.want)
+			}
+			if resp.StatusCode != 200 || resp.Proto != proto || string(body) != "hello" && tc.path == "/plain" {
+				t.Errorf("%s %s: %d %s %q", proto, tc.path, resp.StatusCode, resp.Proto, body)
+			}
+			if got := resp.Header.Values("X-A"); tc.path == "/plain" && !slices.Equal(got, []string{"1", "3"}) {
+				t.Errorf("%s %s: X-A %q, want both values in order", proto, tc.path, got)
+			}
+			_, _ = be.take()
 		}
-		if resp.StatusCode != 200 || resp.Proto != "HTTP/1.1" {
-			t.Errorf("%s: %d %s %q", tc.path, resp.StatusCode, resp.Proto, body)
+		tr.CloseIdleConnections()
+		if n := served.Load() - before; n != 3 {
+			t.Errorf("%s: raw path served %d of 3 requests", proto, n)
 		}
-		_, _ = be.take()
-	}
-	if n := served.Load(); n != 3 {
-		t.Errorf("raw path served %d of 3 requests", n)
 	}
 }
 

@@ -36,6 +36,11 @@
 //     handler are done with it; common header names convert between wire
 //     and canonical form without allocating.
 //
+// A proxy can skip header maps both ways: Server.Raw is offered each
+// request's fields as decoded before a map is built (RawHandler; a
+// declined request gets the map it would have had), and
+// SetResponseFields encodes an upstream HTTP/1.x head's fields directly.
+//
 // Abuse bounds: streams whose handler still runs count against
 // MaxConcurrentStreams, so a client resetting streams cannot start more
 // handlers than that; refused and client-reset streams are metered
