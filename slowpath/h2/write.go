@@ -29,8 +29,8 @@ type writeBuf struct {
 	bufH, spareH *[]byte
 	flushFn      func() // flush, bound once: go flushFn() allocates no closure
 	err          error
-	flushing bool // a flush goroutine runs; it owns writing buf
-	done     chan struct{}
+	flushing     bool // a flush goroutine runs; it owns writing buf
+	done         chan struct{}
 	// deadline is the write deadline set for the server's SendTimeout,
 	// renewed only when less than half of it is left (see writeOut).
 	deadline time.Time
