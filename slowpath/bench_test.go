@@ -82,11 +82,7 @@ func runClients(b *testing.B, url string) {
 func BenchmarkProxyRaw(b *testing.B) {
 	for _, mode := range []string{"raw", "map"} {
 		b.Run(mode, func(b *testing.B) {
-			e := newEnvWith(b, func(o *Options) { o.NoRawPath = mode == "map" })
-			be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
-			r := rule(prefix("/"), "ns/a")
-			r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
-			e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
+			e := fixedEnv(b, mode == "map")
 			req := "GET /bench HTTP/1.1\r\nHost: bench.example\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"
 			reqBytes := []byte(req)
 			b.ReportAllocs()
@@ -145,6 +141,18 @@ func responseSize(b *testing.B, addr, req string) int {
 	return len(all) - len("Connection: close\r\n")
 }
 
+// fixedEnv is a proxy (with the raw path off when noRaw) routing every
+// request, with the agent's default stream idle timeout, to a backend
+// answering fixed bytes.
+func fixedEnv(b *testing.B, noRaw bool) *env {
+	e := newEnvWith(b, func(o *Options) { o.NoRawPath = noRaw })
+	be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
+	r := rule(prefix("/"), "ns/a")
+	r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
+	e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
+	return e
+}
+
 // fixedBackend answers every request head on a connection with resp.
 func fixedBackend(b *testing.B, resp string) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -164,11 +172,7 @@ func fixedBackend(b *testing.B, resp string) string {
 func BenchmarkProxyH2(b *testing.B) {
 	for _, mode := range []string{"raw", "map"} {
 		b.Run(mode, func(b *testing.B) {
-			e := newEnvWith(b, func(o *Options) { o.NoRawPath = mode == "map" })
-			be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 19\r\n\r\nhello from backend\n")
-			r := rule(prefix("/"), "ns/a")
-			r.Timeouts = &pb.RouteTimeouts{IdleMs: uint32(time.Hour / time.Millisecond)}
-			e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", r)}, []*pb.Backend{backendOf("ns/a", be)}))
+			e := fixedEnv(b, mode == "map")
 			const clients, streams = 2, 16
 			var next atomic.Int64
 			b.ReportAllocs()

@@ -50,10 +50,10 @@ func (h *rawH2Handler) ServeRaw(w http.ResponseWriter, r *http.Request, fields [
 	if r.Body != http.NoBody && r.ContentLength < 0 {
 		return false // a body of unknown length: chunked upstream
 	}
-	if strings.HasPrefix(fieldValue(fields, "content-type"), "application/grpc") {
+	if strings.HasPrefix(h2.FieldValue(fields, "content-type"), "application/grpc") {
 		return false // its errors are gRPC statuses (writeError reads the header)
 	}
-	if fieldValue(fields, "expect") != "" {
+	if h2.FieldValue(fields, "expect") != "" {
 		return false // the upstream client waits for 100 Continue by the header map
 	}
 	return h.p.serveRaw(h.key, w, r, nil, fields)
@@ -281,16 +281,6 @@ func appendCanonical(dst []byte, name string) []byte {
 		upper = c == '-'
 	}
 	return dst
-}
-
-// fieldValue is the value of the first HTTP/2 field named name, or "".
-func fieldValue(fields []hpack.HeaderField, name string) string {
-	for _, hf := range fields {
-		if hf.Name == name {
-			return hf.Value
-		}
-	}
-	return ""
 }
 
 // rawForwarding is rewriteOut's forwarding fields for a raw request,

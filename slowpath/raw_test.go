@@ -163,24 +163,29 @@ type exchangeResult struct {
 	response string
 }
 
-func TestRawPathEquivalence(t *testing.T) {
-	var served atomic.Int64
+// equivalenceSetup starts the recording backend and two proxies routing
+// to it, one with the raw path and one without; served counts the raw
+// path's requests; paths are rawResponses' keys, sorted.
+func equivalenceSetup(t *testing.T) (served *atomic.Int64, be *recordingBackend, rawEnv, mapEnv *env, paths []string) {
+	t.Helper()
+	served = new(atomic.Int64)
 	rawServed = func() { served.Add(1) }
 	t.Cleanup(func() { rawServed = nil })
-
-	be := startRecordingBackend(t)
-	addr := be.ln.Addr().String()
-	rawEnv := newEnv(t)
-	mapEnv := newEnvWith(t, func(o *Options) { o.NoRawPath = true })
+	be = startRecordingBackend(t)
+	rawEnv = newEnv(t)
+	mapEnv = newEnvWith(t, func(o *Options) { o.NoRawPath = true })
 	for _, e := range []*env{rawEnv, mapEnv} {
-		e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))}, []*pb.Backend{backendOf("ns/a", addr)}))
+		e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))}, []*pb.Backend{backendOf("ns/a", be.ln.Addr().String())}))
 	}
-
-	paths := make([]string, 0, len(rawResponses))
 	for p := range rawResponses {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
+	return served, be, rawEnv, mapEnv, paths
+}
+
+func TestRawPathEquivalence(t *testing.T) {
+	served, be, rawEnv, mapEnv, paths := equivalenceSetup(t)
 	rawCases := 0
 	for _, rq := range rawRequests {
 		for _, path := range paths {
@@ -465,22 +470,7 @@ var rawH2Requests = []struct {
 // TestRawPathEquivalenceH2 is TestRawPathEquivalence for HTTP/2 clients
 // (h2c with prior knowledge): HTTP/2 fields in, HTTP/1.1 fields back.
 func TestRawPathEquivalenceH2(t *testing.T) {
-	var served atomic.Int64
-	rawServed = func() { served.Add(1) }
-	t.Cleanup(func() { rawServed = nil })
-
-	be := startRecordingBackend(t)
-	addr := be.ln.Addr().String()
-	rawEnv := newEnv(t)
-	mapEnv := newEnvWith(t, func(o *Options) { o.NoRawPath = true })
-	for _, e := range []*env{rawEnv, mapEnv} {
-		e.mustApply(e.snap(pb.Protocol_PROTOCOL_HTTP, nil, []*pb.Route{route("ns/r", rule(prefix("/"), "ns/a"))}, []*pb.Backend{backendOf("ns/a", addr)}))
-	}
-	paths := make([]string, 0, len(rawResponses))
-	for p := range rawResponses {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
+	served, be, rawEnv, mapEnv, paths := equivalenceSetup(t)
 	rawCases := 0
 	for _, rq := range rawH2Requests {
 		for _, path := range paths {

@@ -204,7 +204,7 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		}
 		rf.header = hdr
 		if host == "" {
-			host = fieldValue(regular, "host")
+			host = FieldValue(regular, "host")
 		}
 	} else {
 		rf.fillHeader(regular, hdr, vals)
@@ -269,7 +269,7 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 		expect := rf.header["Expect"]
 		if st.raw {
 			expect = nil
-			if v := fieldValue(regular, "expect"); v != "" {
+			if v := FieldValue(regular, "expect"); v != "" {
 				expect = []string{v}
 			}
 		}
@@ -294,9 +294,9 @@ func rawOffer(regular []hpack.HeaderField) bool {
 	return true
 }
 
-// fieldValue is the value of the first field named name (lower case), or
-// "".
-func fieldValue(fields []hpack.HeaderField, name string) string {
+// FieldValue is the value of the first of fields named name (lower case,
+// as HTTP/2 names are), or "".
+func FieldValue(fields []hpack.HeaderField, name string) string {
 	for _, hf := range fields {
 		if hf.Name == name {
 			return hf.Value
