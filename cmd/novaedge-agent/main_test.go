@@ -294,6 +294,32 @@ func (p *agentProc) waitStatus(t *testing.T, what string, cond func(*pb.AgentSta
 	}
 }
 
+// waitLog waits until the agent's log holds every one of parts. The log
+// reaches the test through a pipe and a copying goroutine, so a line the
+// agent wrote before its status changed may arrive after the test saw the
+// status.
+func (p *agentProc) waitLog(t *testing.T, what string, parts ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		logs := p.logs.String()
+		missing := ""
+		for _, s := range parts {
+			if !strings.Contains(logs, s) {
+				missing = s
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's log does not name %s (%q is missing):\n%s", what, missing, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // servesPort reports whether the served snapshot has a backend endpoint on
 // port. The tests tell configurations apart by content, not by version:
 // the standalone agent also builds a new snapshot when its health checks
@@ -378,10 +404,7 @@ func TestStandaloneAgentProcess(t *testing.T) {
 	if !st.GetReady() {
 		t.Fatalf("after the bad edit: %v", st)
 	}
-	logs := p.logs.String()
-	if !strings.Contains(logs, cfg+":") || !strings.Contains(logs, "ProxyVIP demo-vip: spec.color") {
-		t.Fatalf("the agent's log does not name the file:line and field of the bad edit:\n%s", logs)
-	}
+	p.waitLog(t, "the file:line and field of the bad edit", cfg+":", "ProxyVIP demo-vip: spec.color")
 
 	// The fix, with a real change: a second address for the VIP's
 	// interface list is not in the example, so change a backend port.
