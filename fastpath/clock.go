@@ -59,14 +59,22 @@ type clockSample struct{ jiffies, mono uint64 }
 // two samples at most maxEdgeGap apart, at least minSpan apart.
 const (
 	maxEdgeGap = 100 * time.Microsecond
-	minSpan    = 50 * time.Millisecond
+	// minSpan is long enough that a tick the kernel takes late (a timer
+	// interrupt delayed on a busy virtual machine, by up to a few
+	// milliseconds) moves the measured period by well under 1 %.
+	minSpan = 200 * time.Millisecond
 	// clockTries bounds the attempts on a machine too loaded to give
 	// samples that close together.
 	clockTries = 5
 )
 
-// errNoTick is returned when no clean tick could be timed.
-var errNoTick = errors.New("no jiffies increment could be timed")
+// errNoTick is returned when no clean tick could be timed, errOffTick
+// when the timed period is no kernel tick rate's (a tick taken late on a
+// loaded machine); both are tried again, up to clockTries times.
+var (
+	errNoTick  = errors.New("no jiffies increment could be timed")
+	errOffTick = errors.New("no kernel tick rate's period")
+)
 
 // kernelClock measures the mapping once per process (it never changes).
 var kernelClock = sync.OnceValues(measureClock)
@@ -125,10 +133,13 @@ func measureClock() (tickClock, error) {
 			time.Sleep(minSpan)
 			var b clockSample
 			if b, err = edge(&seen); err == nil {
-				return fitClock(a, b, seen)
+				var c tickClock
+				if c, err = fitClock(a, b, seen); err == nil {
+					return c, nil
+				}
 			}
 		}
-		if !errors.Is(err, errNoTick) {
+		if !errors.Is(err, errNoTick) && !errors.Is(err, errOffTick) {
 			return tickClock{}, err
 		}
 		lastErr = err
@@ -147,7 +158,7 @@ func fitClock(a, b clockSample, seen []clockSample) (tickClock, error) {
 	period := time.Duration((b.mono - a.mono) / (b.jiffies - a.jiffies))
 	hz, ok := hzOf(period)
 	if !ok {
-		return tickClock{}, fmt.Errorf("a jiffy lasted %v, no kernel tick rate's period", period)
+		return tickClock{}, fmt.Errorf("%w: a jiffy lasted %v", errOffTick, period)
 	}
 	c := tickClock{tickNS: tickNSOf(hz)}
 	// Wrapping differences: the offset is the smallest mono - jiffies*tick.
