@@ -186,12 +186,11 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 	}
 	srv := st.c.srv
 	var hdr http.Header
-	var vals []string
 	if srv.ReuseRequestHeader {
 		if st.reqHdr == nil {
 			st.reqHdr = make(http.Header, 8)
 		}
-		hdr, vals = st.reqHdr, st.reqVals
+		hdr = st.reqHdr
 	}
 	host := rf.authority
 	st.raw = srv.Raw != nil && rf.method != http.MethodConnect && rawOffer(regular)
@@ -207,10 +206,7 @@ func (st *stream) buildRequest(fields []hpack.HeaderField, end bool) error {
 			host = FieldValue(regular, "host")
 		}
 	} else {
-		rf.fillHeader(regular, hdr, vals)
-		if hdr != nil {
-			st.reqVals = rf.values
-		}
+		rf.header = st.headerFrom(regular, hdr)
 		if host == "" {
 			host = rf.header.Get("Host")
 		}
@@ -305,20 +301,28 @@ func FieldValue(fields []hpack.HeaderField, name string) string {
 	return ""
 }
 
+// headerFrom builds a request's header from its regular fields in hdr
+// (nil: a new map), its values in the stream's kept backing array when
+// the server reuses request headers.
+func (st *stream) headerFrom(regular []hpack.HeaderField, hdr http.Header) http.Header {
+	var rf requestFields
+	reuse := st.c.srv.ReuseRequestHeader
+	var vals []string
+	if reuse {
+		vals = st.reqVals
+	}
+	rf.fillHeader(regular, hdr, vals)
+	if reuse {
+		st.reqVals = rf.values
+	}
+	return rf.header
+}
+
 // rawHeader fills the request's Header from the fields kept for
 // Server.Raw, which declined it: the request is then what it would have
 // been without Raw.
 func (st *stream) rawHeader() {
-	var rf requestFields
-	hdr, vals := st.req.Header, []string(nil)
-	if st.c.srv.ReuseRequestHeader {
-		vals = st.reqVals
-	}
-	rf.fillHeader(st.rawFields, hdr, vals)
-	if st.c.srv.ReuseRequestHeader {
-		st.reqVals = rf.values
-	}
-	delete(hdr, "Host")
+	delete(st.headerFrom(st.rawFields, st.req.Header), "Host")
 }
 
 // fromUpgrade makes r, the HTTP/1.1 request of an h2c Upgrade, st's
