@@ -192,7 +192,7 @@ func (c *Checker) run(t *target) {
 			return // removed mid-probe: the result means nothing
 		}
 		c.record(t, cc.cfg, err)
-		if !c.wait(t, cc.cfg.Interval) {
+		if !c.wait(t) {
 			return
 		}
 	}
@@ -213,10 +213,18 @@ func (c *Checker) probe(t *target, cc *compiled) error {
 	return err
 }
 
-// wait sleeps for the jittered interval and reports false when the target
-// was cancelled meanwhile. A Reconfigure may shorten the wait.
-func (c *Checker) wait(t *target, interval time.Duration) bool {
-	deadline := c.clock.Now().Add(c.jitter(interval))
+// wait sleeps for the jittered interval of the settings in force and
+// reports false when the target was cancelled meanwhile. A Reconfigure may
+// shorten the wait.
+func (c *Checker) wait(t *target) bool {
+	// The settings are read after taking any wake-up left by a Reconfigure
+	// during the probe: the wait starts from the newest interval at once,
+	// rather than from the probe's and then shortened.
+	select {
+	case <-t.wake:
+	default:
+	}
+	deadline := c.clock.Now().Add(c.jitter(c.cur.Load().cfg.Interval))
 	for {
 		timer := c.clock.NewTimer(deadline.Sub(c.clock.Now()))
 		select {
