@@ -13,11 +13,16 @@ type Clock interface {
 }
 
 // Timer is a one-shot timer of a [Clock], with the semantics of *time.Timer
-// since Go 1.23: after Stop or Reset returns, no stale value is received.
+// since Go 1.23: after Stop or ResetAt returns, no stale value is received.
+// It is set to an instant rather than a duration so that time moving
+// between reading the clock and setting the timer cannot push a deadline
+// back (a stepped clock moves in large steps).
 type Timer interface {
 	C() <-chan time.Time
 	Stop() bool
-	Reset(d time.Duration) bool
+	// ResetAt sets the timer to deliver at t; a t not after the clock's
+	// present delivers at once.
+	ResetAt(t time.Time) bool
 }
 
 // systemClock is the wall clock (with its monotonic reading).
@@ -31,6 +36,6 @@ func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.New
 
 type systemTimer struct{ t *time.Timer }
 
-func (t systemTimer) C() <-chan time.Time        { return t.t.C }
-func (t systemTimer) Stop() bool                 { return t.t.Stop() }
-func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+func (t systemTimer) C() <-chan time.Time       { return t.t.C }
+func (t systemTimer) Stop() bool                { return t.t.Stop() }
+func (t systemTimer) ResetAt(at time.Time) bool { return t.t.Reset(time.Until(at)) }

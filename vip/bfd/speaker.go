@@ -501,7 +501,7 @@ func (s *Speaker) arm() {
 	}
 	s.timer.Stop()
 	if found {
-		s.timer.Reset(next.Sub(s.clock.Now()))
+		s.timer.ResetAt(next)
 	}
 }
 

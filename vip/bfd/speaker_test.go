@@ -43,7 +43,7 @@ func (c *fakeClock) NewTimer(d time.Duration) Timer {
 	c.mu.Lock()
 	c.timers = append(c.timers, t)
 	c.mu.Unlock()
-	t.Reset(d)
+	t.ResetAt(c.Now().Add(d))
 	return t
 }
 
@@ -81,7 +81,7 @@ func (t *fakeTimer) Stop() bool {
 	return was
 }
 
-func (t *fakeTimer) Reset(d time.Duration) bool {
+func (t *fakeTimer) ResetAt(at time.Time) bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	was := t.active
@@ -89,7 +89,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	case <-t.ch:
 	default:
 	}
-	t.at, t.active = t.c.now.Add(d), true
+	t.at, t.active = at, true
 	if !t.at.After(t.c.now) {
 		t.fireLocked()
 	}
