@@ -161,13 +161,18 @@ func (s *idleSweeper) run(every time.Duration) {
 	defer t.Stop()
 	var expired []*idleWatch
 	for range t.C {
-		now := time.Now().UnixNano()
 		s.mu.Lock()
+		// Read under the lock: an earlier reading could predate activity
+		// flagged while the sweeper waited for it.
+		now := time.Now().UnixNano()
 		for w := s.head.next; w != &s.head; {
 			next := w.next
 			if w.active.Swap(false) {
-				// Activity since the last sweep, at most idleSweepEvery ago.
-				w.last.Store(now)
+				// Activity since the last sweep, at most idleSweepEvery
+				// ago. It is stamped with a clock read after the swap, so
+				// never earlier than the activity (which may have come
+				// while the list was walked): the watch never fires early.
+				w.last.Store(time.Now().UnixNano())
 			} else if time.Duration(now-w.last.Load()) >= w.d {
 				s.unlink(w)
 				expired = append(expired, w)
