@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,9 +43,11 @@ func endpointStates(snap *pb.ConfigSnapshot) map[string]pb.EndpointState {
 func TestFileSourceProbeFailures(t *testing.T) {
 	var mu sync.Mutex
 	failing := []string{}
+	var reads atomic.Int64 // calls of ProbeFailures, by Load and by WatchProbes
 	src := &FileSource{DefaultName: "probed.yaml", Default: []byte(probedBackend), Node: snapshot.Node{Name: "n"},
 		ProbeInterval: 10 * time.Millisecond,
 		ProbeFailures: func() []string {
+			reads.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
 			return append([]string(nil), failing...)
@@ -79,7 +82,19 @@ func TestFileSourceProbeFailures(t *testing.T) {
 	if st["10.0.0.1"] != pb.EndpointState_ENDPOINT_STATE_HEALTHY || st["10.0.0.2"] != pb.EndpointState_ENDPOINT_STATE_UNHEALTHY {
 		t.Fatalf("10.0.0.2 failing: states %v", st)
 	}
-	// Drain what raced with the Load; the same set is no change.
+	// Drain what raced with the Load; the same set is no change. A round
+	// of WatchProbes that read the failures before the Load compares them
+	// with the set before it and may report the change after the Load
+	// returned: wait until a round that began after the Load (a later
+	// ProbeFailures call, only WatchProbes makes them now) shows that the
+	// earlier rounds are over, however slow the machine.
+	loaded := reads.Load()
+	for deadline := time.Now().Add(time.Minute); reads.Load() == loaded; {
+		if time.Now().After(deadline) {
+			t.Fatal("WatchProbes stopped reading the failures")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for len(changes) > 0 {
 		<-changes
 	}

@@ -317,9 +317,8 @@ func TestFastPathSurvivesKill(t *testing.T) {
 	if got := conntrackTotal(t, tp.node, tp.bpfRoot); got != before {
 		t.Errorf("conntrack entries %d after the restart, %d before", got, before)
 	}
-	if !strings.Contains(a2.logs.String(), "adopted fast path state") {
-		t.Errorf("the new agent did not adopt the pinned state; its log:\n%s", a2.logs.String())
-	}
+	// The log comes through a pipe: the line may follow the readiness.
+	a2.waitLog(t, "the adoption of the pinned state", "adopted fast path state")
 
 	// Inspection reads the pinned state.
 	for _, want := range []struct{ args, contains string }{

@@ -399,15 +399,33 @@ func TestCloseCancelsRequests(t *testing.T) {
 
 func TestTimeouts(t *testing.T) {
 	const short = 100 * time.Millisecond
+	// gated serves srv, each connection reaching it only once the test
+	// has sent its first bytes (with open): the header timeout, which
+	// starts with a new connection, then cannot expire while the test is
+	// descheduled between its dial and its send.
+	gated := func(t *testing.T, srv *Server) (ts *testServer, open func(first string) *client) {
+		sent := make(chan struct{}, 1)
+		ts = serveWith(t, srv, func(c net.Conn) net.Conn {
+			select {
+			case <-sent:
+			case <-time.After(testDeadline):
+			}
+			return c
+		})
+		return ts, func(first string) *client {
+			cl := dial(t, ts.addr)
+			cl.send(first)
+			sent <- struct{}{}
+			return cl
+		}
+	}
 	t.Run("ReadHeaderTimeout", func(t *testing.T) {
-		ts := serve(t, &Server{Handler: ok, ReadHeaderTimeout: short, IdleTimeout: time.Hour})
-		cl := dial(t, ts.addr)
-		cl.send("GET / HTTP/1.1\r\nHost: h\r\n")
+		_, open := gated(t, &Server{Handler: ok, ReadHeaderTimeout: short, IdleTimeout: time.Hour})
+		cl := open("GET / HTTP/1.1\r\nHost: h\r\n")
 		cl.expectEOF()
 		// Also on a kept connection, where the idle timeout covers the
 		// wait for the first byte.
-		cl = dial(t, ts.addr)
-		cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		cl = open("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
 		cl.response("GET")
 		cl.send("GET / HTTP/1.1\r\n")
 		cl.expectEOF()
@@ -426,12 +444,19 @@ func TestTimeouts(t *testing.T) {
 		{Handler: echo, ReadHeaderTimeout: short, IdleTimeout: short},
 	} {
 		t.Run("slow body", func(t *testing.T) {
-			ts := serve(t, srv)
-			cl := dial(t, ts.addr)
+			const req = "POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhe"
+			_, open := gated(t, srv)
+			cl := open(req)
 			for i := range 2 { // a new and a kept connection
-				cl.send("POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhe")
 				time.Sleep(3 * short) // past both timeouts
-				cl.send("llo")
+				rest := "llo"
+				if i == 0 {
+					// The kept connection's request comes with it, before
+					// its idle (or header) timeout starts: the test cannot
+					// be too late for it.
+					rest += req
+				}
+				cl.send(rest)
 				if resp, body := cl.response("POST"); resp.StatusCode != 200 || body != "/up:hello" {
 					t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
 				}
@@ -636,24 +661,25 @@ func TestSendTimeout(t *testing.T) {
 			name = "plain TCP"
 		}
 		t.Run(name, func(t *testing.T) {
-			srv := &Server{SendTimeout: 200 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Length", strconv.Itoa(size))
-				chunk := bytes.Repeat([]byte("z"), 32<<10)
-				for sent := 0; sent < size; sent += len(chunk) {
-					if _, err := w.Write(chunk); err != nil {
-						handlerErr <- err
-						return
+			server := func(t *testing.T, timeout time.Duration) *testServer {
+				srv := &Server{SendTimeout: timeout, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Length", strconv.Itoa(size))
+					chunk := bytes.Repeat([]byte("z"), 32<<10)
+					for sent := 0; sent < size; sent += len(chunk) {
+						if _, err := w.Write(chunk); err != nil {
+							handlerErr <- err
+							return
+						}
 					}
+					handlerErr <- nil
+				})}
+				if batched {
+					return serveRaw(t, srv)
 				}
-				handlerErr <- nil
-			})}
-			var ts *testServer
-			if batched {
-				ts = serveRaw(t, srv)
-			} else {
-				ts = serve(t, srv)
+				return serve(t, srv)
 			}
 			t.Run("stalled", func(t *testing.T) {
+				ts := server(t, 200*time.Millisecond)
 				cl := dial(t, ts.addr)
 				if tc, ok := cl.Conn.(*net.TCPConn); ok {
 					_ = tc.SetReadBuffer(16 << 10)
@@ -669,14 +695,19 @@ func TestSendTimeout(t *testing.T) {
 				}
 			})
 			t.Run("slow but steady", func(t *testing.T) {
+				// A timeout long enough that the client, however
+				// descheduled, does not stall for half of it beyond its
+				// pauses (a write can find half the timeout left).
+				const timeout, pause = 2 * time.Second, 500 * time.Millisecond
+				ts := server(t, timeout)
 				cl := dial(t, ts.addr)
 				cl.send("GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
 				resp, err := http.ReadResponse(cl.br, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				// 8 MiB in 64 KiB pieces with pauses shorter than the
-				// timeout, over far longer than it.
+				// 8 MiB in 64 KiB pieces with pauses shorter than half the
+				// timeout, over longer than it.
 				buf := make([]byte, 64<<10)
 				var got int
 				for got < size {
@@ -685,8 +716,8 @@ func TestSendTimeout(t *testing.T) {
 					if err != nil {
 						t.Fatalf("after %d bytes: %v", got, err)
 					}
-					if got%(1<<20) == 0 {
-						time.Sleep(50 * time.Millisecond)
+					if got%(1<<20) == 0 && got < size {
+						time.Sleep(pause)
 					}
 				}
 				if err := <-handlerErr; err != nil {

@@ -43,20 +43,7 @@ func TestHandoff(t *testing.T) {
 
 	b := NewSet()
 	defer b.Close()
-	var (
-		keys    []Key
-		confirm func() error
-	)
-	for range 200 { // the handoff listener may not be up yet
-		keys, confirm, err = b.Inherit(path)
-		if !errors.Is(err, ErrNoPredecessor) {
-			break
-		}
-		waitABit()
-	}
-	if err != nil {
-		t.Fatalf("Inherit: %v", err)
-	}
+	keys, confirm := inherit(t, b, path) // the handoff listener may not be up yet
 	if len(keys) != 2 {
 		t.Fatalf("inherited %v", keys)
 	}

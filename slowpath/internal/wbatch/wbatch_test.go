@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // pair returns a connected loopback TCP pair: the client end (written
@@ -131,13 +133,20 @@ func TestLargeMessageSlowReader(t *testing.T) {
 	if _, err := w.Write(big); err != nil {
 		t.Fatal(err)
 	}
-	// Let the Batcher try (the socket takes a part) before reading.
-	time.Sleep(50 * time.Millisecond)
-	w.mu.Lock()
-	busy := w.busy
-	w.mu.Unlock()
-	if !busy {
-		t.Error("the Batcher wrote 1 MiB to a socket with a 16 KiB buffer without handing the rest over")
+	// Let the Batcher try (the socket takes a part) before reading: it
+	// hands the rest over, and nothing reads, so that lasts.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		w.mu.Lock()
+		busy := w.busy
+		w.mu.Unlock()
+		if busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Error("the Batcher wrote 1 MiB to a socket with a 16 KiB buffer without handing the rest over")
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -162,7 +171,29 @@ func TestFailedWriteClosesConnection(t *testing.T) {
 	c, s := pair(t)
 	_ = s.SetLinger(0)
 	_ = s.Close() // RST
-	time.Sleep(20 * time.Millisecond)
+	// Wait for the RST to reach c (the state it leaves is TCP_CLOSE):
+	// before, writes would be accepted.
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var state uint8
+		if err := rc.Control(func(fd uintptr) {
+			if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+				state = info.State
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if state == 7 { // TCP_CLOSE (include/net/tcp_states.h)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the peer's RST did not arrive (TCP state %d)", state)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	w := new(Writer)
 	w.Reset(c, new(Batcher))
 	// The first write after the reset may still be accepted by the
