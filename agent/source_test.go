@@ -89,12 +89,7 @@ func TestFileSourceProbeFailures(t *testing.T) {
 	// ProbeFailures call, only WatchProbes makes them now) shows that the
 	// earlier rounds are over, however slow the machine.
 	loaded := reads.Load()
-	for deadline := time.Now().Add(time.Minute); reads.Load() == loaded; {
-		if time.Now().After(deadline) {
-			t.Fatal("WatchProbes stopped reading the failures")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a WatchProbes round after the Load", func() bool { return reads.Load() != loaded })
 	for len(changes) > 0 {
 		<-changes
 	}
