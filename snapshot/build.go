@@ -138,6 +138,7 @@ func (b *builder) assemble() (*pb.ConfigSnapshot, diag.List) {
 		}
 	}
 	for _, l := range b.listeners {
+		slices.Sort(l.pb.Routes)
 		cluster.Listeners = append(cluster.Listeners, l.pb)
 	}
 	cluster.Backends = sortedValues(b.backends, func(x *pb.Backend) string { return x.Name })

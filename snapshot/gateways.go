@@ -29,6 +29,8 @@ type listenerEntry struct {
 	tlsRoutes []*pb.Route
 	// hostnames claimed by TLS-passthrough routes, to reject duplicates.
 	sni map[string]string
+	// routes is the set of names in pb.Routes (see attach).
+	routes map[string]bool
 }
 
 var protocols = map[v1alpha1.ListenerProtocol]pb.Protocol{

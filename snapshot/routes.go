@@ -53,6 +53,7 @@ func (b *builder) buildRoute(rt *v1alpha1.ProxyRoute) {
 	// HTTP form of the rules, built once; L4 forms per kind below.
 	var httpRoute *pb.Route
 	l4 := map[pb.RouteKind]*pb.Route{}
+	added := map[*pb.Route]bool{} // the L4 forms in b.routes
 	for _, a := range atts {
 		kind := a.l.routeKind()
 		if kind == pb.RouteKind_ROUTE_KIND_HTTP {
@@ -83,7 +84,8 @@ func (b *builder) buildRoute(rt *v1alpha1.ProxyRoute) {
 		if !b.claimL4(r, a, out) {
 			continue
 		}
-		if !slices.Contains(b.routes, out) {
+		if !added[out] {
+			added[out] = true
 			b.routes = append(b.routes, out)
 		}
 		attach(out, a.l)
@@ -95,9 +97,14 @@ func attach(rt *pb.Route, l *listenerEntry) {
 		rt.Listeners = append(rt.Listeners, l.pb.Name)
 		slices.Sort(rt.Listeners)
 	}
-	if !slices.Contains(l.pb.Routes, rt.Name) {
+	// A listener can hold thousands of routes: a set, and one sort at
+	// assembly (assemble), keep attaching them linear.
+	if l.routes == nil {
+		l.routes = map[string]bool{}
+	}
+	if !l.routes[rt.Name] {
+		l.routes[rt.Name] = true
 		l.pb.Routes = append(l.pb.Routes, rt.Name)
-		slices.Sort(l.pb.Routes)
 	}
 }
 
