@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,9 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaedge/novaedge/agent/internal/fswatch"
 	"github.com/novaedge/novaedge/diag"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/loader"
@@ -66,10 +65,15 @@ type FileSource struct {
 	Default     []byte
 	// Node is the node the snapshot is built for.
 	Node snapshot.Node
-	// Debounce is how long Watch waits for a burst of file events to end
-	// before reporting a change (editors write a file in several steps).
-	// Zero means 200ms.
+	// Debounce is how long Watch waits after the last write to a file
+	// that its writer has not closed yet (editors and tools write a file
+	// in several steps) before reporting a change. Zero means 200ms.
 	Debounce time.Duration
+	// Settle is how long Watch waits after the last event when every
+	// file written has been closed or renamed into place (an atomic save,
+	// a ConfigMap update), so that a burst of such events is reported
+	// once. Zero means 20ms; at most Debounce.
+	Settle time.Duration
 	// ProbeFailures, when set, returns the endpoints ("address:port") this
 	// agent's active health checks find failing now: they are built into
 	// the snapshot as UNHEALTHY (snapshot.Options.ProbeFailures), and
@@ -273,7 +277,9 @@ func compact(snap *pb.ConfigSnapshot) *pb.ConfigSnapshot {
 
 // Watch watches the files' directories with inotify, so that editors that
 // replace a file by renaming and Kubernetes ConfigMap volumes (which swap a
-// "..data" symlink) are noticed, and calls changed once per burst of events.
+// "..data" symlink) are noticed, and calls changed once per burst of events:
+// Settle after the last one when every file written was closed or renamed
+// into place, else Debounce after the last write (see burst).
 // Without Paths there is nothing to watch and Watch waits for ctx.
 func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -288,7 +294,7 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 		<-ctx.Done()
 		return nil
 	}
-	w, err := fsnotify.NewWatcher()
+	w, err := fswatch.New()
 	if err != nil {
 		return fmt.Errorf("watch configuration: %w", err)
 	}
@@ -330,13 +336,12 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 		return dirs[filepath.Dir(name)] && (ext == ".yaml" || ext == ".yml")
 	}
 
-	debounce := s.Debounce
-	if debounce == 0 {
-		debounce = 200 * time.Millisecond
-	}
-	timer := time.NewTimer(debounce)
+	b := burst{debounce: cmp.Or(s.Debounce, 200*time.Millisecond), writing: map[string]time.Time{}}
+	b.settle = min(cmp.Or(s.Settle, 20*time.Millisecond), b.debounce)
+	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	pending := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -345,22 +350,62 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod || !relevant(ev.Name) {
+			// Overflow: events were lost, so re-read to be sure.
+			if ev.Op != fswatch.Overflow && !relevant(ev.Name) {
 				continue
 			}
-			timer.Reset(debounce)
+			now := time.Now()
+			b.add(now, ev)
+			pending = true
+			timer.Reset(b.due().Sub(now))
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				// Events were lost: re-read to be sure.
-				timer.Reset(debounce)
-				continue
-			}
 			return fmt.Errorf("watch configuration: %w", err)
 		case <-timer.C:
+			if !pending {
+				continue
+			}
+			b.reset()
+			pending = false
 			changed()
 		}
 	}
+}
+
+// burst decides when a burst of file events has ended: Settle after the
+// last event, but Debounce after the last write to a file that no writer
+// has closed or renamed into place since (or after lost events), so that a
+// file is not read half written.
+type burst struct {
+	settle, debounce time.Duration
+	last             time.Time
+	writing          map[string]time.Time // name → its last write
+}
+
+func (b *burst) add(now time.Time, ev fswatch.Event) {
+	b.last = now
+	switch ev.Op {
+	case fswatch.Writing, fswatch.Overflow:
+		b.writing[ev.Name] = now
+	default:
+		delete(b.writing, ev.Name)
+	}
+}
+
+// due is when the burst is over unless another event comes.
+func (b *burst) due() time.Time {
+	t := b.last.Add(b.settle)
+	for _, w := range b.writing {
+		if d := w.Add(b.debounce); d.After(t) {
+			t = d
+		}
+	}
+	return t
+}
+
+func (b *burst) reset() {
+	b.last = time.Time{}
+	clear(b.writing)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novaedge/novaedge/agent/internal/fswatch"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/snapshot"
 )
@@ -133,5 +134,115 @@ func TestFileSourceHoldFiles(t *testing.T) {
 	st = endpointStates(src.Load().Snapshot)
 	if _, ok := st["10.0.0.3"]; !ok || st["10.0.0.1"] != pb.EndpointState_ENDPOINT_STATE_UNHEALTHY {
 		t.Fatalf("requested read: %v, want the edited file with 10.0.0.1 still unhealthy", st)
+	}
+}
+
+func TestBurstDue(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	type ev struct {
+		at   int // ms
+		name string
+		op   fswatch.Op
+	}
+	for _, tc := range []struct {
+		name   string
+		events []ev
+		due    int // ms
+	}{
+		{"a file renamed into place", []ev{{0, "/c/a.yaml", fswatch.Complete}}, 20},
+		{"written, then closed", []ev{{0, "/c/a.yaml", fswatch.Writing}, {5, "/c/a.yaml", fswatch.Writing}, {7, "/c/a.yaml", fswatch.Complete}}, 27},
+		{"written, still open", []ev{{0, "/c/a.yaml", fswatch.Writing}, {5, "/c/a.yaml", fswatch.Writing}}, 205},
+		{"one file complete, another still open", []ev{{0, "/c/b.yaml", fswatch.Writing}, {10, "/c/a.yaml", fswatch.Complete}}, 200},
+		{"a half-written file renamed away", []ev{{0, "/c/.tmp", fswatch.Writing}, {3, "/c/.tmp", fswatch.Gone}}, 23},
+		{"events lost", []ev{{0, "", fswatch.Overflow}, {1, "/c/a.yaml", fswatch.Complete}}, 200},
+		{"removed", []ev{{0, "/c/a.yaml", fswatch.Gone}}, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := burst{settle: 20 * time.Millisecond, debounce: 200 * time.Millisecond, writing: map[string]time.Time{}}
+			for _, e := range tc.events {
+				b.add(ms(e.at), fswatch.Event{Name: e.name, Op: e.op})
+			}
+			if got := b.due(); !got.Equal(ms(tc.due)) {
+				t.Errorf("due %v after the first event, want %v", got.Sub(t0), ms(tc.due).Sub(t0))
+			}
+			b.reset()
+			b.add(ms(1000), fswatch.Event{Name: "/c/a.yaml", Op: fswatch.Complete})
+			if got := b.due(); !got.Equal(ms(1020)) {
+				t.Errorf("after reset: due %v, want 1.02s", got.Sub(t0))
+			}
+		})
+	}
+}
+
+// TestWatchSettlesCompleteFiles: with a debounce far longer than the test,
+// a configuration saved atomically (renamed into place) and one written in
+// place and closed are each reported at once, while a file its writer holds
+// open is not reported before the writer closes it.
+func TestWatchSettlesCompleteFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "standalone.yaml")
+	if err := os.WriteFile(path, []byte("# empty\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := &FileSource{Paths: []string{path}, Debounce: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() { done <- src.Watch(ctx, func() { changes <- struct{}{} }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	expect := func(what string) {
+		t.Helper()
+		select {
+		case <-changes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change reported", what)
+		}
+	}
+	expect("the first report after the watches are set")
+
+	tmp := filepath.Join(dir, ".standalone.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte("# saved atomically\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	expect("an atomic save")
+
+	if err := os.WriteFile(path, []byte("# rewritten in place\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("a rewrite in place, closed")
+
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("# half of it\n"); err != nil {
+		t.Fatal(err)
+	}
+	// A negative check: the report must not come while the file is open.
+	select {
+	case <-changes:
+		t.Fatal("a file still open for writing was reported")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := f.WriteString("# the rest\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	expect("the file closed")
+	select {
+	case <-changes:
+		t.Fatal("one burst was reported twice")
+	case <-time.After(100 * time.Millisecond):
 	}
 }
