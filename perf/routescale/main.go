@@ -58,7 +58,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered (includes the 200 ms inotify debounce, reading the whole file again and checking the documents that changed: loader.Load reuses the others; 5 times):\n\n%s\n\n", e2e)
+	fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered (the new file is written under another name and renamed into place, an atomic save, so the watcher waits its 20 ms settle, not the 200 ms debounce it keeps for files still open for writing; then the agent reads the whole file again and checks the documents that changed: loader.Load reuses the others; 5 times):\n\n%s\n\n", e2e)
 	log.Print("standalone: ", e2e)
 
 	one, err := rss(*agent, backend.Listener.Addr().String(), 1)
