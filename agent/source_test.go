@@ -246,3 +246,57 @@ func TestWatchSettlesCompleteFiles(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestWatchConfigMapSwap: a file mounted from a Kubernetes ConfigMap is a
+// link through "..data" to a timestamped directory, and an update swaps
+// "..data" to a new directory (kubelet's atomic writer). The swap is
+// reported at once, not after the debounce, and the file then reads as
+// the new version.
+func TestWatchConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, content string) {
+		t.Helper()
+		ts := filepath.Join(dir, name)
+		if err := os.Mkdir(ts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ts, "config.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_11_29_10_00_00.1", "# one\n")
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.Symlink(filepath.Join("..data", "config.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	src := &FileSource{Paths: []string{path}, Debounce: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() { done <- src.Watch(ctx, func() { changes <- struct{}{} }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	for _, what := range []string{"the first report after the watches are set", "the swap"} {
+		if what == "the swap" {
+			version("..2026_11_29_10_05_00.2", "# two\n")
+		}
+		select {
+		case <-changes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change reported", what)
+		}
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "# two\n" {
+		t.Fatalf("config.yaml reads %q, %v", b, err)
+	}
+}
