@@ -2,9 +2,9 @@ package snapshot
 
 import (
 	"cmp"
-	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +108,13 @@ func attach(rt *pb.Route, l *listenerEntry) {
 	}
 }
 
+// elem is the path of element i of the list at field, "field[i]". It is
+// built for every element of every route, diagnostic or not, so without
+// fmt.
+func elem(field string, i int) string {
+	return field + "[" + strconv.Itoa(i) + "]"
+}
+
 // claimL4 lets one route serve a TCP or UDP listener, and one route serve
 // each SNI name of a TLS-passthrough listener.
 func (b *builder) claimL4(r diag.Ref, a attachment, out *pb.Route) bool {
@@ -173,7 +180,7 @@ func (b *builder) attachments(rt *v1alpha1.ProxyRoute, r diag.Ref, ns string) []
 		return out
 	}
 	for i, p := range rt.Spec.ParentRefs {
-		field := fmt.Sprintf("spec.parentRefs[%d]", i)
+		field := elem("spec.parentRefs", i)
 		gns := orDefault(p.Namespace, ns)
 		var g *gatewayEntry
 		for _, x := range b.gateways {
@@ -299,7 +306,7 @@ func (b *builder) l4Rule(r diag.Ref, ns string, rt *v1alpha1.ProxyRoute, a attac
 func (b *builder) backendRefs(r diag.Ref, ns, field string, refs []v1alpha1.BackendRef) []*pb.WeightedBackend {
 	var out []*pb.WeightedBackend
 	for i, br := range refs {
-		f := fmt.Sprintf("%s[%d]", field, i)
+		f := elem(field, i)
 		bns := orDefault(br.Namespace, ns)
 		name := key(bns, br.Name)
 		w := uint32(1)
@@ -330,7 +337,7 @@ func (b *builder) httpRules(r diag.Ref, ns string, rt *v1alpha1.ProxyRoute, rout
 	var out []*pb.RouteRule
 	for i := range rt.Spec.Rules {
 		rule := &rt.Spec.Rules[i]
-		rf := fmt.Sprintf("spec.rules[%d]", i)
+		rf := elem("spec.rules", i)
 		o := &pb.RouteRule{Name: rule.Name}
 		rulePolicies, pok := b.resolvePolicies(r, rf+".policyRefs", ns, rule.PolicyRefs)
 		if !pok {
@@ -346,7 +353,7 @@ func (b *builder) httpRules(r diag.Ref, ns string, rt *v1alpha1.ProxyRoute, rout
 		// PathPrefix (Gateway API): otherwise there is no prefix to replace.
 		hasPrefixMatch := true
 		for j := range rule.Matches {
-			m, good := b.match(r, fmt.Sprintf("%s.matches[%d]", rf, j), &rule.Matches[j])
+			m, good := b.match(r, elem(rf+".matches", j), &rule.Matches[j])
 			ok = ok && good
 			if m != nil {
 				o.Matches = append(o.Matches, m)
@@ -360,7 +367,7 @@ func (b *builder) httpRules(r diag.Ref, ns string, rt *v1alpha1.ProxyRoute, rout
 		}
 		var redirect, rewrite bool
 		for j := range rule.Filters {
-			f, good := b.filter(r, ns, fmt.Sprintf("%s.filters[%d]", rf, j), &rule.Filters[j], hasPrefixMatch)
+			f, good := b.filter(r, ns, elem(rf+".filters", j), &rule.Filters[j], hasPrefixMatch)
 			ok = ok && good
 			if f == nil {
 				continue
@@ -442,13 +449,13 @@ func (b *builder) match(r diag.Ref, field string, m *v1alpha1.RouteMatch) (*pb.R
 		ok = false
 	}
 	for i, h := range m.Headers {
-		sm, good := b.stringMatch(r, fmt.Sprintf("%s.headers[%d]", field, i), h.Type, h.Name, h.Value)
+		sm, good := b.stringMatch(r, elem(field+".headers", i), h.Type, h.Name, h.Value)
 		ok = ok && good
 		sm.Name = strings.ToLower(sm.Name)
 		out.Headers = append(out.Headers, sm)
 	}
 	for i, q := range m.QueryParams {
-		sm, good := b.stringMatch(r, fmt.Sprintf("%s.queryParams[%d]", field, i), q.Type, q.Name, q.Value)
+		sm, good := b.stringMatch(r, elem(field+".queryParams", i), q.Type, q.Name, q.Value)
 		ok = ok && good
 		out.QueryParams = append(out.QueryParams, sm)
 	}
