@@ -175,6 +175,23 @@ func TestBurstDue(t *testing.T) {
 	}
 }
 
+// watch runs src.Watch until the test ends; the channel gets a value per
+// reported change.
+func watch(t *testing.T, src *FileSource) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() { done <- src.Watch(ctx, func() { changes <- struct{}{} }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	})
+	return changes
+}
+
 // TestWatchSettlesCompleteFiles: with a debounce far longer than the test,
 // a configuration saved atomically (renamed into place) and one written in
 // place and closed are each reported at once, while a file its writer holds
@@ -185,17 +202,7 @@ func TestWatchSettlesCompleteFiles(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# empty\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := &FileSource{Paths: []string{path}, Debounce: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
-	changes := make(chan struct{}, 16)
-	done := make(chan error, 1)
-	go func() { done <- src.Watch(ctx, func() { changes <- struct{}{} }) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	}()
+	changes := watch(t, &FileSource{Paths: []string{path}, Debounce: time.Hour})
 	expect := func(what string) {
 		t.Helper()
 		select {
@@ -275,17 +282,7 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	if err := os.Symlink(filepath.Join("..data", "config.yaml"), path); err != nil {
 		t.Fatal(err)
 	}
-	src := &FileSource{Paths: []string{path}, Debounce: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
-	changes := make(chan struct{}, 16)
-	done := make(chan error, 1)
-	go func() { done <- src.Watch(ctx, func() { changes <- struct{}{} }) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	}()
+	changes := watch(t, &FileSource{Paths: []string{path}, Debounce: time.Hour})
 	for _, what := range []string{"the first report after the watches are set", "the swap"} {
 		if what == "the swap" {
 			version("..2026_11_29_10_05_00.2", "# two\n")
