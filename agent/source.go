@@ -317,7 +317,6 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	pending := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -332,7 +331,6 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 			}
 			now := time.Now()
 			b.add(now, ev)
-			pending = true
 			timer.Reset(b.due().Sub(now))
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -340,11 +338,10 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 			}
 			return fmt.Errorf("watch configuration: %w", err)
 		case <-timer.C:
-			if !pending {
-				continue
+			if b.last.IsZero() {
+				continue // a burst already reported
 			}
 			b.reset()
-			pending = false
 			changed()
 		}
 	}
@@ -356,7 +353,7 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 // file is not read half written.
 type burst struct {
 	settle, debounce time.Duration
-	last             time.Time
+	last             time.Time            // zero: no burst under way
 	writing          map[string]time.Time // name → its last write
 }
 
