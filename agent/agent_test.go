@@ -495,9 +495,8 @@ func TestAppliedSnapshotSharesCandidate(t *testing.T) {
 	}
 }
 
-// TestFileSourceBuildsWhatBuildBuilds: the snapshot a FileSource offers,
-// decoded again in compact memory, is the one snapshot.Build makes from the
-// files.
+// TestFileSourceBuildsWhatBuildBuilds: the snapshot a FileSource offers is
+// the one snapshot.Build makes from the files.
 func TestFileSourceBuildsWhatBuildBuilds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, path)

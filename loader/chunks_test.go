@@ -134,17 +134,15 @@ func TestLoadReusesChunks(t *testing.T) {
 	}
 }
 
-// TestLoadReusedObjectsAreCopies: what a caller does with one load's
-// objects does not reach the next load that reuses their chunks.
-func TestLoadReusedObjectsAreCopies(t *testing.T) {
+// TestLoadSharesReusedObjects: a load that reuses a chunk hands out the
+// objects decoded from it before, not copies (copying 3000 routes cost 9 ms
+// of every reload); Result.Input is read-only for that reason.
+func TestLoadSharesReusedObjects(t *testing.T) {
 	dropChunks()
 	first, _ := Load("testdata/kinds.yaml")
-	if len(first.Input.Routes) == 0 || len(first.Input.Routes[0].Spec.Rules) == 0 || len(first.Input.Routes[0].Spec.Rules[0].BackendRefs) == 0 {
-		t.Fatal("testdata/kinds.yaml has no route with a backendRef")
+	if len(first.Input.Routes) == 0 || len(first.Input.Routes[0].Spec.Rules) == 0 {
+		t.Fatal("testdata/kinds.yaml has no route with rules")
 	}
-	ref := &first.Input.Routes[0].Spec.Rules[0].BackendRefs[0]
-	want := ref.Name
-	ref.Name = "changed"
 	before := heldChunks()
 	second, diags := Load("testdata/kinds.yaml")
 	for key, cr := range heldChunks() {
@@ -152,8 +150,8 @@ func TestLoadReusedObjectsAreCopies(t *testing.T) {
 			t.Fatal("the second load parsed a chunk again: nothing reused, nothing tested")
 		}
 	}
-	if got := second.Input.Routes[0].Spec.Rules[0].BackendRefs[0].Name; got != want {
-		t.Errorf("second load's backendRef name = %q, want %q", got, want)
+	if &second.Input.Routes[0].Spec.Rules[0] != &first.Input.Routes[0].Spec.Rules[0] {
+		t.Error("the second load copied the route's rules instead of sharing them")
 	}
 	if diags.HasErrors() {
 		t.Errorf("unexpected errors: %v", diags)

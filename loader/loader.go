@@ -21,7 +21,9 @@ import (
 
 // Result is what Load read.
 type Result struct {
-	// Input holds every valid resource, in the order of the files.
+	// Input holds every valid resource, in the order of the files. Its
+	// objects are shared with other loads (Load reuses what unchanged
+	// parts of the files gave): read them, never modify them.
 	Input *snapshot.Input
 
 	// docs maps each resource in Input (and the first of duplicates) to its
@@ -82,8 +84,11 @@ func Load(paths ...string) (*Result, diag.List) {
 		res, more := FromDocuments(docs) // reports err
 		return res, append(diags, more...)
 	}
+	// The last load's size is this one's best guess: growing maps of
+	// thousands of documents rehashed them several times.
 	res := newResult()
-	seen := map[identity]manifest.Document{}
+	res.docs = make(map[diag.Ref]manifest.Document, len(cache))
+	seen := make(map[identity]manifest.Document, len(cache))
 	next := make(chunkCache, len(cache))
 	var more diag.List
 	diags := manifest.WalkChunks(paths, func(c manifest.Chunk) diag.List {
@@ -154,7 +159,7 @@ type checked struct {
 	// diags are the document's problems; dupWarnings those reported if it
 	// turns out to be a duplicate (its warnings alone).
 	diags, dupWarnings diag.List
-	// add appends the object (a copy each time) to an Input; nil when the
+	// add appends the object (shared by loads) to an Input; nil when the
 	// object is not kept.
 	add func(in *snapshot.Input)
 }

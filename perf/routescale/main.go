@@ -15,6 +15,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -37,6 +38,9 @@ import (
 func main() {
 	out := flag.String("out", "perf/results", "directory for the report")
 	agent := flag.String("agent", "bin/novaedge-agent", "novaedge-agent binary")
+	reps := flag.Int("reps", 20, "end-to-end route additions to time")
+	only := flag.String("only", "", "run only this part: inprocess, e2e or rss (the report is then printed, not written)")
+	profile := flag.String("profile", "", "write a CPU profile of the standalone agent, taken over the end-to-end route additions, to this file (the agent then serves --pprof on 127.0.0.1:19521)")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -47,19 +51,27 @@ func main() {
 	stamp := time.Now().UTC().Format("2006-01-02T150405Z")
 	fmt.Fprintf(&b, "# Route scale, %s\n\n", stamp)
 
-	inproc, err := inProcess(backend.Listener.Addr().String(), 3000, 50)
-	if err != nil {
-		log.Fatal(err)
+	run := func(part string) bool { return *only == "" || *only == part }
+	if run("inprocess") {
+		inproc, err := inProcess(backend.Listener.Addr().String(), 3000, 50)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, in process\n\nCompile the snapshot with one more route, switch, first request with the new Host answered (50 times):\n\n%s\n\n", inproc)
+		log.Print("in process: ", inproc)
 	}
-	fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, in process\n\nCompile the snapshot with one more route, switch, first request with the new Host answered (50 times):\n\n%s\n\n", inproc)
-	log.Print("in process: ", inproc)
-
-	e2e, err := standalone(*agent, backend.Listener.Addr().String(), 3000, 5)
-	if err != nil {
-		log.Fatal(err)
+	if run("e2e") {
+		e2e, err := standalone(*agent, backend.Listener.Addr().String(), 3000, *reps, *profile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered (the new file is written under another name and renamed into place, an atomic save, so the watcher waits its settle, not the debounce it keeps for files still open for writing; then the agent reads the whole file again and checks the documents that changed: loader.Load reuses the others; %d times):\n\n%s\n\n", *reps, e2e)
+		log.Print("standalone: ", e2e)
 	}
-	fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered (the new file is written under another name and renamed into place, an atomic save, so the watcher waits its 20 ms settle, not the 200 ms debounce it keeps for files still open for writing; then the agent reads the whole file again and checks the documents that changed: loader.Load reuses the others; 5 times):\n\n%s\n\n", e2e)
-	log.Print("standalone: ", e2e)
+	if !run("rss") {
+		fmt.Print(b.String())
+		return
+	}
 
 	one, err := rss(*agent, backend.Listener.Addr().String(), 1)
 	if err != nil {
@@ -213,7 +225,10 @@ type agentProc struct {
 	addr string
 }
 
-func startAgent(bin, backend string, n int) (*agentProc, time.Duration, error) {
+// profilePort is where the agent serves its profiles with -profile.
+const profilePort = 19521
+
+func startAgent(bin, backend string, n int, profile bool) (*agentProc, time.Duration, error) {
 	dir, err := os.MkdirTemp("", "novaedge-routescale")
 	if err != nil {
 		return nil, 0, err
@@ -224,11 +239,18 @@ func startAgent(bin, backend string, n int) (*agentProc, time.Duration, error) {
 		return nil, 0, err
 	}
 	a := &agentProc{dir: dir, addr: "127.0.0.1:" + strconv.Itoa(port)}
-	a.cmd = exec.Command(bin, "--standalone", "--config", cfg, "--admin-socket", filepath.Join(dir, "a.sock"), "--metrics-addr", "",
+	metrics := ""
+	if profile {
+		metrics = "127.0.0.1:" + strconv.Itoa(profilePort)
+	}
+	a.cmd = exec.Command(bin, "--standalone", "--config", cfg, "--admin-socket", filepath.Join(dir, "a.sock"), "--metrics-addr", metrics,
 		"--state-dir", dir, "--handoff-socket", "", "--bind-local-vips=false", "--log-level", "warn",
 		// Loopback only: the fast path would attach XDP to this host's
 		// default-route interface.
 		"--fastpath", "off")
+	if profile {
+		a.cmd.Args = append(a.cmd.Args, "--pprof")
+	}
 	logf, _ := os.Create(filepath.Join(dir, "agent.log"))
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	start := time.Now()
@@ -266,7 +288,7 @@ const (
 // and sampleRest after it first served, as table cells.
 func rss(bin, backend string, n int) ([2]string, error) {
 	var out [2]string
-	a, startup, err := startAgent(bin, backend, n)
+	a, startup, err := startAgent(bin, backend, n, false)
 	if err != nil {
 		return out, err
 	}
@@ -315,12 +337,27 @@ func memory(pid int) (string, error) {
 	return strings.Join(cols, " | "), nil
 }
 
-func standalone(bin, backend string, n, reps int) (string, error) {
-	a, _, err := startAgent(bin, backend, n)
+func standalone(bin, backend string, n, reps int, profile string) (string, error) {
+	a, _, err := startAgent(bin, backend, n, profile != "")
 	if err != nil {
 		return "", err
 	}
 	defer a.stop()
+	if profile != "" {
+		// The profile spans the route additions (about 0.1-0.4 s each);
+		// idle time adds no samples, so a longer span is harmless.
+		done := make(chan error, 1)
+		secs := max(2, reps/2)
+		go func() { done <- fetchProfile(secs, profile) }()
+		time.Sleep(100 * time.Millisecond)
+		defer func() {
+			if err := <-done; err != nil {
+				log.Printf("profile: %v", err)
+			} else {
+				log.Printf("profile: %s", profile)
+			}
+		}()
+	}
 	port, _ := strconv.Atoi(a.addr[strings.LastIndexByte(a.addr, ':')+1:])
 	var ds []time.Duration
 	for i := range reps {
@@ -346,4 +383,22 @@ func standalone(bin, backend string, n, reps int) (string, error) {
 		ds = append(ds, time.Since(start))
 	}
 	return percentiles(ds), nil
+}
+
+// fetchProfile writes the agent's CPU profile over the next secs seconds
+// to path.
+func fetchProfile(secs int, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", profilePort, secs))
+	if err != nil {
+		return fmt.Errorf("fetch agent CPU profile: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch agent CPU profile: %s", resp.Status)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("fetch agent CPU profile: %w", err)
+	}
+	return os.WriteFile(path, raw, 0o644)
 }
