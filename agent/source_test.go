@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/novaedge/novaedge/agent/internal/fswatch"
+	"github.com/novaedge/novaedge/deploy/examples"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/snapshot"
 )
@@ -295,5 +296,76 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path); err != nil || string(b) != "# two\n" {
 		t.Fatalf("config.yaml reads %q, %v", b, err)
+	}
+}
+
+// TestWatchPrefetches: while a burst of complete files settles, Watch
+// builds them, so the Load made once the burst is reported returns that
+// candidate without building again; a file still open for writing is not
+// read. The settle is an hour, so no report comes during the test and only
+// Watch's own Load can have built what Load returns.
+func TestWatchPrefetches(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "standalone.yaml")
+	writeConfig(t, path)
+	src := &FileSource{Paths: []string{path}, Node: snapshot.Node{Name: "node-a"}, Debounce: time.Hour, Settle: time.Hour}
+	first := src.Load()
+	if first.Diagnostics.HasErrors() {
+		t.Fatalf("the example has errors: %v", first.Diagnostics)
+	}
+	changes := watch(t, src)
+	<-changes // the report when the watches are set
+	cached := func() *pb.ConfigSnapshot {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.last.Snapshot
+	}
+	waitBuilt := func(what string, old *pb.ConfigSnapshot) *pb.ConfigSnapshot {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for cached() == old {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not built while the burst settles", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return cached()
+	}
+
+	writeConfig(t, path, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck")
+	built := waitBuilt("an atomic save", first.Snapshot)
+	if built.GetContentHash() == first.Snapshot.GetContentHash() {
+		t.Fatal("the build after the save has the old content")
+	}
+	if got := src.Load(); got.Snapshot != built {
+		t.Error("Load built the saved files again instead of returning what Watch built")
+	}
+
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(string(examples.Standalone[:len(examples.Standalone)/2])); err != nil {
+		t.Fatal(err)
+	}
+	// A negative check: a half-written file must not be read.
+	time.Sleep(300 * time.Millisecond)
+	if cached() != built {
+		t.Fatal("a file still open for writing was read")
+	}
+	if _, err := f.Write(examples.Standalone[len(examples.Standalone)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := waitBuilt("the file closed", built)
+	if again.GetContentHash() != first.Snapshot.GetContentHash() {
+		t.Error("the build after the close is not the example's")
+	}
+	select {
+	case <-changes:
+		t.Fatal("a change was reported before the hour-long settle")
+	default:
 	}
 }

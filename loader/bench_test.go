@@ -1,0 +1,70 @@
+package loader
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// routesYAML is a configuration of a gateway, a backend and n routes, the
+// shape perf/routescale serves.
+func routesYAML(n int) string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: novaedge.io/v1alpha1
+kind: ProxyGateway
+metadata: {name: gw, namespace: bench}
+spec:
+  vipRef: bench
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyBackend
+metadata: {name: be, namespace: bench}
+spec:
+  endpoints: [{address: 192.0.2.20, port: 8080}]
+`)
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: novaedge.io/v1alpha1
+kind: ProxyRoute
+metadata: {name: r%05d, namespace: bench}
+spec:
+  hostnames: [r%d.bench.test]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /api}}, {path: {type: Exact, value: /}}]
+      backendRefs: [{name: be}]
+`, i, i)
+	}
+	return b.String()
+}
+
+// BenchmarkReload loads a file of 3000 routes that gained one route since
+// the last load, as a standalone agent does after an edit: one chunk is
+// new, the others are reused.
+func BenchmarkReload(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "routes.yaml")
+	versions := []string{routesYAML(3000), routesYAML(3001)}
+	if err := os.WriteFile(path, []byte(versions[0]), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	res, diags := Load(path)
+	if len(diags) > 0 || len(res.Input.Routes) != 3000 {
+		b.Fatalf("%d routes, diagnostics %v", len(res.Input.Routes), diags)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		b.StopTimer()
+		if err := os.WriteFile(path, []byte(versions[i%2]), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		res, _ := Load(path)
+		if len(res.Input.Routes) != 3000+i%2 {
+			b.Fatalf("%d routes, want %d", len(res.Input.Routes), 3000+i%2)
+		}
+	}
+}
