@@ -68,3 +68,37 @@ func BenchmarkReload(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReloadCold loads a file of 3000 routes after the last load's
+// Validator and chunks were dropped (validatorHold), as for the first edit
+// after a quiet spell: "at-rest" with what they leave at rest (restCache),
+// "nothing" without it (a first load).
+func BenchmarkReloadCold(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "routes.yaml")
+	if err := os.WriteFile(path, []byte(routesYAML(3000)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, state := range []string{"at-rest", "nothing"} {
+		b.Run(state, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				Load(path)
+				held.mu.Lock()
+				use := held.use
+				held.mu.Unlock()
+				releaseValidator(use)
+				if state == "nothing" {
+					held.mu.Lock()
+					held.rest = nil
+					held.mu.Unlock()
+				}
+				b.StartTimer()
+				res, diags := Load(path)
+				if len(diags) > 0 || len(res.Input.Routes) != 3000 {
+					b.Fatalf("%d routes, diagnostics %v", len(res.Input.Routes), diags)
+				}
+			}
+		})
+	}
+}

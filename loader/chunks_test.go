@@ -14,8 +14,17 @@ import (
 // checks every document.
 func dropChunks() {
 	held.mu.Lock()
-	held.chunks = nil
+	held.chunks, held.rest = nil, nil
 	held.mu.Unlock()
+}
+
+// restChunks puts the held chunks to rest, as releaseValidator does, and
+// returns what they left.
+func restChunks() restCache {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	held.rest, held.chunks = restOf(held.chunks), nil
+	return held.rest
 }
 
 // heldChunks returns the chunk results the last Load kept.
@@ -30,8 +39,16 @@ func heldChunks() chunkCache {
 // warnings, duplicates and a syntax error among them) and checks that a
 // Load reusing the previous load's chunks returns exactly what a Load
 // that parses everything returns: diagnostics (positions included), the
-// Input, and the positions Locate gives.
+// Input, and the positions Locate gives. It does so with the chunks held
+// ("warm") and with the chunks put to rest before each step ("at rest",
+// the first load after a quiet spell).
 func TestLoadReusesChunks(t *testing.T) {
+	for _, mode := range []string{"warm", "at rest"} {
+		t.Run(mode, func(t *testing.T) { testLoadReusesChunks(t, mode == "at rest") })
+	}
+}
+
+func testLoadReusesChunks(t *testing.T, atRest bool) {
 	var docs []string
 	for _, f := range []string{"kinds.yaml", "crd-errors.yaml", "core-errors.yaml", "unknown-kinds.yaml", "locate.yaml", "dup/a.yaml", "dup/b.yaml"} {
 		data, err := os.ReadFile(filepath.Join("testdata", f))
@@ -82,10 +99,38 @@ func TestLoadReusesChunks(t *testing.T) {
 			}
 		}
 		before := heldChunks()
+		var rest restCache
+		if atRest {
+			rest = restChunks()
+		}
 		warm, warmDiags := Load(dir)
+		if atRest {
+			// Every clean chunk at rest that comes back is decoded from
+			// what it left, not parsed again.
+			revived := 0
+			for key, cr := range heldChunks() {
+				rc := rest[key]
+				if rc == nil {
+					continue
+				}
+				if len(cr.docs) != len(rc.docs) {
+					t.Errorf("%s: a chunk at rest came back with %d documents, want %d", step.name, len(cr.docs), len(rc.docs))
+					continue
+				}
+				for i := range cr.docs {
+					if &cr.docs[i].raw[0] != &rc.docs[i].decoded[0] {
+						t.Errorf("%s: a chunk at rest was parsed again at line %d", step.name, cr.line)
+					}
+				}
+				revived++
+			}
+			if step.name != "first" && len(rest) > 0 && revived == 0 {
+				t.Errorf("%s: no chunk at rest was revived", step.name)
+			}
+		}
 		// Every chunk seen before is reused, unless it had diagnostics
 		// and moved (then it is parsed again); only new bytes are new.
-		if step.changed >= 0 {
+		if step.changed >= 0 && !atRest {
 			fresh := 0
 			for key, cr := range heldChunks() {
 				prev := before[key]

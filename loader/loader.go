@@ -78,7 +78,7 @@ func (r *Result) Locate(diags diag.List) {
 // every change, and most documents did not change. Parsing, validating
 // and decoding 3000 routes was about 0.2 s of CPU on every reload.
 func Load(paths ...string) (*Result, diag.List) {
-	v, cache, err := validator()
+	v, cache, rest, err := validator()
 	if err != nil {
 		docs, diags := manifest.Load(paths...)
 		res, more := FromDocuments(docs) // reports err
@@ -94,6 +94,9 @@ func Load(paths ...string) (*Result, diag.List) {
 	diags := manifest.WalkChunks(paths, func(c manifest.Chunk) diag.List {
 		key := chunkKey(c)
 		cr := cache[key]
+		if cr == nil && rest[key] != nil {
+			cr = rest[key].revive(c)
+		}
 		if cr == nil || (cr.line != c.Line() && !cr.clean) {
 			cr = loadChunk(v, c)
 		}
@@ -121,7 +124,7 @@ func newResult() *Result {
 func FromDocuments(docs []manifest.Document) (*Result, diag.List) {
 	res := newResult()
 	var diags diag.List
-	v, _, err := validator()
+	v, _, _, err := validator()
 	if err != nil {
 		// The CRDs are embedded at build time and tested; this is a bug.
 		diags.Errorf(diag.Ref{}, "", "load the embedded CRDs: %v", err)
@@ -162,6 +165,10 @@ type checked struct {
 	// add appends the object (shared by loads) to an Input; nil when the
 	// object is not kept.
 	add func(in *snapshot.Input)
+	// raw and spec, with add, are the JSON the object was decoded from and
+	// its kind: what a chunk keeps at rest (restChunk) to decode it again.
+	raw  []byte
+	spec *kindSpec
 }
 
 // check checks one document on its own.
@@ -224,7 +231,7 @@ func check(v *schema.Validator, doc manifest.Document) checked {
 		diags = append(diags, fieldDiag(doc, ref, e))
 	}
 	if !diags.HasErrors() {
-		c.add = dec.add
+		c.add, c.raw, c.spec = dec.add, raw, spec
 	}
 	c.diags = diags
 	return c

@@ -12,11 +12,11 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 	validatorHold = 200 * time.Millisecond
 	t.Cleanup(func() { validatorHold = old })
 
-	a, _, err := validator()
+	a, _, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := validator()
+	b, _, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c, _, err := validator()
+	c, _, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +50,14 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 // TestValidatorReleaseSkipsLaterUse: a release scheduled by an earlier use
 // leaves a Validator that was used since.
 func TestValidatorReleaseSkipsLaterUse(t *testing.T) {
-	a, _, err := validator()
+	a, _, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
 	held.mu.Lock()
 	use := held.use
 	held.mu.Unlock()
-	if _, _, err := validator(); err != nil {
+	if _, _, _, err := validator(); err != nil {
 		t.Fatal(err)
 	}
 	releaseValidator(use)

@@ -72,6 +72,17 @@ func (d Document) Detach() Document {
 	return d
 }
 
+// Bare returns the document detached (Detach) and without the bytes of
+// its file, for a cache that outlives them: positions cannot be found
+// until Chunk.Moved gives it the bytes of its chunk again.
+func (d Document) Bare() Document {
+	d = d.Detach()
+	if d.src != nil {
+		d.src = &source{chunk: chunk{line: d.src.chunk.line}, index: d.src.index}
+	}
+	return d
+}
+
 // Ref names the document's resource.
 func (d Document) Ref() diag.Ref {
 	return diag.Ref{Kind: d.Kind, Namespace: d.Namespace, Name: d.Name}

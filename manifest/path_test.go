@@ -145,3 +145,48 @@ func TestDetachedLine(t *testing.T) {
 		})
 	}
 }
+
+// TestBareMoved: a bare document keeps none of its file's bytes, and
+// Chunk.Moved with its chunk from a later read of the file (its bytes
+// moved down four lines by a document before them) finds every line
+// again, shifted.
+func TestBareMoved(t *testing.T) {
+	route, err := os.ReadFile(filepath.Join("testdata", "route.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := "apiVersion: v1\nkind: First\nmetadata: {name: a}\n---\n" + string(route)
+	var bare []Document
+	var lines [][]int
+	paths := []string{"", "kind", "metadata.name", "spec.rules[0].backendRefs[1].name"}
+	for _, c := range split([]byte(data)) {
+		if diags := parseChunk("in.yaml", c, func(d Document) {
+			var ls []int
+			for _, p := range paths {
+				ls = append(ls, d.Line(p))
+			}
+			b := d.Bare()
+			if b.src == nil || b.src.chunk.data != nil || b.Object != nil || b.root != nil {
+				t.Fatalf("%s: Bare kept the file's bytes, the object or the tree", d.Kind)
+			}
+			bare, lines = append(bare, b), append(lines, ls)
+		}); len(diags) > 0 {
+			t.Fatalf("parse: %q", diagStrings(diags))
+		}
+	}
+	later := split([]byte("apiVersion: v1\nkind: Zero\nmetadata: {name: z}\n---\n" + data))
+	if len(later) != len(bare)+1 {
+		t.Fatalf("%d chunks, want %d", len(later), len(bare)+1)
+	}
+	for i, d := range bare {
+		moved := Chunk{file: "in.yaml", chunk: later[i+1]}.Moved(d)
+		if moved.Pos.Line != d.Pos.Line+4 {
+			t.Errorf("%s: position line %d after the move, want %d", d.Kind, moved.Pos.Line, d.Pos.Line+4)
+		}
+		for j, p := range paths {
+			if got, want := moved.Line(p), lines[i][j]+4; got != want {
+				t.Errorf("%s: Line(%q) = %d after the move, want %d", d.Kind, p, got, want)
+			}
+		}
+	}
+}

@@ -40,6 +40,7 @@ func main() {
 	agent := flag.String("agent", "bin/novaedge-agent", "novaedge-agent binary")
 	reps := flag.Int("reps", 20, "end-to-end route additions to time")
 	only := flag.String("only", "", "run only this part: inprocess, e2e or rss (the report is then printed, not written)")
+	gap := flag.Duration("gap", time.Second, "pause between end-to-end route additions: the agent is at rest when each begins (a reload releases memory to the system only after a quiet spell)")
 	profile := flag.String("profile", "", "write a CPU profile of the standalone agent, taken over the end-to-end route additions, to this file (the agent then serves --pprof on 127.0.0.1:19521)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -61,7 +62,7 @@ func main() {
 		log.Print("in process: ", inproc)
 	}
 	if run("e2e") {
-		e2e, err := standalone(*agent, backend.Listener.Addr().String(), 3000, *reps, *profile)
+		e2e, err := standalone(*agent, backend.Listener.Addr().String(), 3000, *reps, *gap, *profile)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -337,7 +338,7 @@ func memory(pid int) (string, error) {
 	return strings.Join(cols, " | "), nil
 }
 
-func standalone(bin, backend string, n, reps int, profile string) (string, error) {
+func standalone(bin, backend string, n, reps int, gap time.Duration, profile string) (string, error) {
 	a, _, err := startAgent(bin, backend, n, profile != "")
 	if err != nil {
 		return "", err
@@ -361,6 +362,7 @@ func standalone(bin, backend string, n, reps int, profile string) (string, error
 	port, _ := strconv.Atoi(a.addr[strings.LastIndexByte(a.addr, ':')+1:])
 	var ds []time.Duration
 	for i := range reps {
+		time.Sleep(gap)
 		cfg := yamlConfig(port, backend, n+i+1)
 		tmp := filepath.Join(a.dir, "config.yaml.tmp")
 		if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {
