@@ -154,6 +154,9 @@ type Agent struct {
 	// restoredFrom says which cached configuration serves while
 	// State.Restored, for the rejections of later reloads.
 	restoredFrom string
+	// release returns memory to the system once reloads have been quiet
+	// for releaseAfter (releaseLater).
+	release *time.Timer
 
 	runMu   sync.Mutex
 	running bool
@@ -264,6 +267,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer func() {
 		stopWatch()
 		<-watchDone
+		if a.release != nil {
+			a.release.Stop()
+		}
 	}()
 
 	for {
@@ -387,7 +393,7 @@ func (a *Agent) report(cand Candidate, out Outcome) {
 
 // reload reads the source and applies what it offers.
 func (a *Agent) reload(ctx context.Context, reason string) Outcome {
-	defer releaseMemory()
+	defer a.releaseLater()
 	cand := a.opts.Source.Load()
 	if cand.Unavailable != nil {
 		// Nothing offered: whatever serves keeps serving.
@@ -593,9 +599,27 @@ func sortedCopy(s []string) []string {
 	return out
 }
 
+// releaseAfter is how long after the last reload its memory goes back to
+// the system. Returning it at once made the next reload fault its pages in
+// again: 13-17 ms of a 3000-route reload (perf/routescale, A/B).
+var releaseAfter = 5 * time.Second
+
+// releaseLater calls releaseMemory once reloads have been quiet for
+// releaseAfter. Called by the Run goroutine.
+func (a *Agent) releaseLater() {
+	if a.release == nil {
+		a.release = time.AfterFunc(releaseAfter, releaseMemory)
+		return
+	}
+	a.release.Reset(releaseAfter)
+}
+
 // releaseMemory returns memory to the OS after a configuration was read:
 // loading and validating a large configuration allocates several times what
 // the result keeps (5000 routes: a peak over 150 MB for 30 MB kept), and
 // the Go runtime would hold the peak until long after. Loads are rare, so
 // the forced collection costs little.
-func releaseMemory() { debug.FreeOSMemory() }
+func releaseMemory() { freeOSMemory() }
+
+// freeOSMemory is debug.FreeOSMemory; tests count its calls.
+var freeOSMemory = debug.FreeOSMemory

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -512,5 +513,38 @@ func TestFileSourceBuildsWhatBuildBuilds(t *testing.T) {
 	}
 	if got.Snapshot.GetContentHash() != want.GetContentHash() {
 		t.Errorf("content hash %s, want %s", got.Snapshot.GetContentHash(), want.GetContentHash())
+	}
+}
+
+// TestMemoryReleasedAfterQuietReloads: reloads in a burst leave their
+// memory to the next (releasing it made the next reload fault its pages in
+// again); it goes back to the system once, when reloads have been quiet
+// for releaseAfter.
+func TestMemoryReleasedAfterQuietReloads(t *testing.T) {
+	var releases atomic.Int32
+	oldAfter, oldFree := releaseAfter, freeOSMemory
+	releaseAfter, freeOSMemory = time.Second, func() { releases.Add(1) }
+	t.Cleanup(func() { releaseAfter, freeOSMemory = oldAfter, oldFree })
+
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeConfig(t, path)
+	src := fileSource(path)
+	src.HoldFiles = true // no watcher: only the reloads below
+	h := startAgent(t, src, "")
+	waitFor(t, "the start's release", func() bool { return releases.Load() >= 1 })
+	time.Sleep(2 * releaseAfter) // the reload a watcher's start may have made
+	base := releases.Load()
+	for range 3 {
+		if _, err := h.agent.Reload(context.Background(), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := releases.Load() - base; got != 0 {
+		t.Fatalf("%d releases during a burst of reloads, want none", got)
+	}
+	waitFor(t, "the release after the burst", func() bool { return releases.Load() > base })
+	time.Sleep(2 * releaseAfter)
+	if got := releases.Load() - base; got != 1 {
+		t.Errorf("%d releases after a burst of reloads, want 1", got)
 	}
 }

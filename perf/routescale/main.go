@@ -38,9 +38,10 @@ import (
 func main() {
 	out := flag.String("out", "perf/results", "directory for the report")
 	agent := flag.String("agent", "bin/novaedge-agent", "novaedge-agent binary")
-	reps := flag.Int("reps", 20, "end-to-end route additions to time")
+	reps := flag.Int("reps", 20, "end-to-end route additions to time in a burst of edits")
+	gap := flag.Duration("gap", time.Second, "pause between the route additions of the burst")
+	quietReps := flag.Int("quiet-reps", 3, "end-to-end route additions to time after a quiet spell (each waits quietGap; 0 skips them)")
 	only := flag.String("only", "", "run only this part: inprocess, e2e or rss (the report is then printed, not written)")
-	gap := flag.Duration("gap", time.Second, "pause between end-to-end route additions: the agent is at rest when each begins (a reload releases memory to the system only after a quiet spell)")
 	profile := flag.String("profile", "", "write a CPU profile of the standalone agent, taken over the end-to-end route additions, to this file (the agent then serves --pprof on 127.0.0.1:19521)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -66,8 +67,16 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered (the new file is written under another name and renamed into place, an atomic save, so the watcher waits its settle, not the debounce it keeps for files still open for writing; then the agent reads the whole file again and checks the documents that changed: loader.Load reuses the others; %d times):\n\n%s\n\n", *reps, e2e)
-		log.Print("standalone: ", e2e)
+		fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered. The new file is written under another name and renamed into place, an atomic save, so the watcher waits its settle, not the debounce it keeps for files still open for writing, and loads the files while the settle runs; the load checks only the documents whose bytes changed.\n\nIn a burst of edits, %s apart (%d times), while the loader holds what it made of every document:\n\n%s\n\n", *gap, *reps, e2e)
+		log.Print("standalone, burst: ", e2e)
+		if *quietReps > 0 {
+			quiet, err := standalone(*agent, backend.Listener.Addr().String(), 3000, *quietReps, quietGap, "")
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Fprintf(&b, "The first edit after a quiet spell of %s (%d times): the loader has dropped its validator and put what it made of the documents to rest (the JSON of each valid object), and the runtime has returned the memory of the last load to the system:\n\n%s\n\n", quietGap, *quietReps, quiet)
+			log.Print("standalone, after a quiet spell: ", quiet)
+		}
 	}
 	if !run("rss") {
 		fmt.Print(b.String())
@@ -226,6 +235,10 @@ type agentProc struct {
 	addr string
 }
 
+// quietGap is the pause before each route addition after a quiet spell:
+// longer than the loader's validatorHold (30 s).
+const quietGap = 35 * time.Second
+
 // profilePort is where the agent serves its profiles with -profile.
 const profilePort = 19521
 
@@ -348,7 +361,7 @@ func standalone(bin, backend string, n, reps int, gap time.Duration, profile str
 		// The profile spans the route additions (about 0.1-0.4 s each);
 		// idle time adds no samples, so a longer span is harmless.
 		done := make(chan error, 1)
-		secs := max(2, reps/2)
+		secs := max(2, int((time.Duration(reps)*(gap+500*time.Millisecond)).Seconds()))
 		go func() { done <- fetchProfile(secs, profile) }()
 		time.Sleep(100 * time.Millisecond)
 		defer func() {
