@@ -361,7 +361,7 @@ func standalone(bin, backend string, n, reps int, gap time.Duration, profile str
 		// The profile spans the route additions (about 0.1-0.4 s each);
 		// idle time adds no samples, so a longer span is harmless.
 		done := make(chan error, 1)
-		secs := max(2, int((time.Duration(reps)*(gap+500*time.Millisecond)).Seconds()))
+		secs := max(2, int((time.Duration(reps) * (gap + 500*time.Millisecond)).Seconds()))
 		go func() { done <- fetchProfile(secs, profile) }()
 		time.Sleep(100 * time.Millisecond)
 		defer func() {
