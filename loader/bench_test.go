@@ -1,43 +1,20 @@
 package loader
 
 import (
-	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/novaedge/novaedge/internal/benchconfig"
 )
 
 // routesYAML is a configuration of a gateway, a backend and n routes, the
 // shape perf/routescale serves.
 func routesYAML(n int) string {
-	var b strings.Builder
-	b.WriteString(`apiVersion: novaedge.io/v1alpha1
-kind: ProxyGateway
-metadata: {name: gw, namespace: bench}
-spec:
-  vipRef: bench
-  listeners: [{name: http, port: 8080, protocol: HTTP}]
----
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyBackend
-metadata: {name: be, namespace: bench}
-spec:
-  endpoints: [{address: 192.0.2.20, port: 8080}]
-`)
-	for i := range n {
-		fmt.Fprintf(&b, `---
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyRoute
-metadata: {name: r%05d, namespace: bench}
-spec:
-  hostnames: [r%d.bench.test]
-  rules:
-    - matches: [{path: {type: PathPrefix, value: /api}}, {path: {type: Exact, value: /}}]
-      backendRefs: [{name: be}]
-`, i, i)
-	}
-	return b.String()
+	return benchconfig.YAML(benchconfig.Options{
+		VIP: netip.MustParseAddr("192.0.2.10"), Backend: netip.MustParseAddrPort("192.0.2.20:8080"), Ports: []int{8080}, Routes: n,
+	})
 }
 
 // BenchmarkReload loads a file of 3000 routes that gained one route since

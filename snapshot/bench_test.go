@@ -2,8 +2,10 @@ package snapshot
 
 import (
 	"fmt"
-	"strings"
+	"net/netip"
 	"testing"
+
+	"github.com/novaedge/novaedge/internal/benchconfig"
 )
 
 // scaleYAML is a configuration of n HTTP routes, each with its own
@@ -11,42 +13,13 @@ import (
 // each, all on one VIP), the shape perf/routescale and perf/controlplane
 // measure.
 func scaleYAML(n, gateways int) string {
-	var b strings.Builder
-	b.WriteString(`apiVersion: novaedge.io/v1alpha1
-kind: ProxyVIP
-metadata: {name: bench}
-spec: {address: 192.0.2.10/32, mode: Local}
----
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyBackend
-metadata: {name: be, namespace: bench}
-spec:
-  endpoints: [{address: 192.0.2.20, port: 8080}]
-`)
-	for g := range gateways {
-		fmt.Fprintf(&b, `---
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyGateway
-metadata: {name: gw%02d, namespace: bench}
-spec:
-  vipRef: bench
-  listeners: [{name: http, port: %d, protocol: HTTP}]
-`, g, 8000+g)
+	ports := make([]int, gateways)
+	for g := range ports {
+		ports[g] = 8000 + g
 	}
-	for i := range n {
-		fmt.Fprintf(&b, `---
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyRoute
-metadata: {name: r%05d, namespace: bench}
-spec:
-  parentRefs: [{name: gw%02d}]
-  hostnames: [r%d.bench.test]
-  rules:
-    - matches: [{path: {type: PathPrefix, value: /api}}, {path: {type: Exact, value: /}}]
-      backendRefs: [{name: be}]
-`, i, i%gateways, i)
-	}
-	return b.String()
+	return benchconfig.YAML(benchconfig.Options{
+		VIP: netip.MustParseAddr("192.0.2.10"), Backend: netip.MustParseAddrPort("192.0.2.20:8080"), Ports: ports, Routes: n,
+	})
 }
 
 // BenchmarkBuild builds a node's snapshot of many routes, as the

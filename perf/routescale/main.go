@@ -30,6 +30,7 @@ import (
 	"time"
 
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/internal/benchconfig"
 	"github.com/novaedge/novaedge/perf/internal/proc"
 	"github.com/novaedge/novaedge/slowpath"
 	"github.com/novaedge/novaedge/slowpath/sockets"
@@ -105,7 +106,7 @@ func main() {
 	log.Printf("report: %s", path)
 }
 
-func host(i int) string { return "r" + strconv.Itoa(i) + ".bench.test" }
+func host(i int) string { return benchconfig.Host(i) }
 
 func snapshot(port uint16, backend string, n int) *pb.ConfigSnapshot {
 	ap := netip.MustParseAddrPort(backend)
@@ -185,39 +186,9 @@ func inProcess(backend string, n, reps int) (string, error) {
 
 // yamlConfig is a standalone configuration with n routes.
 func yamlConfig(port int, backend string, n int) string {
-	ap := netip.MustParseAddrPort(backend)
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: novaedge.io/v1alpha1
-kind: ProxyVIP
-metadata: {name: bench}
-spec: {address: 127.0.0.1/32, mode: Local}
----
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyGateway
-metadata: {name: gw, namespace: bench}
-spec:
-  vipRef: bench
-  listeners: [{name: http, port: %d, protocol: HTTP}]
----
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyBackend
-metadata: {name: be, namespace: bench}
-spec:
-  endpoints: [{address: %s, port: %d}]
-`, port, ap.Addr(), ap.Port())
-	for i := range n {
-		fmt.Fprintf(&b, `---
-apiVersion: novaedge.io/v1alpha1
-kind: ProxyRoute
-metadata: {name: r%05d, namespace: bench}
-spec:
-  hostnames: [%s]
-  rules:
-    - matches: [{path: {type: PathPrefix, value: /api}}, {path: {type: Exact, value: /}}]
-      backendRefs: [{name: be}]
-`, i, host(i))
-	}
-	return b.String()
+	return benchconfig.YAML(benchconfig.Options{
+		VIP: netip.MustParseAddr("127.0.0.1"), Backend: netip.MustParseAddrPort(backend), Ports: []int{port}, Routes: n,
+	})
 }
 
 func freePort() int {
