@@ -60,20 +60,17 @@ func loadChunk(v *schema.Validator, c manifest.Chunk) *chunkResult {
 }
 
 // restCache maps a chunk's key to what it left when the chunks were
-// dropped (releaseValidator). A cache is never changed once built.
-type restCache map[[sha256.Size]byte]*restChunk
-
-// restChunk is a clean chunk at rest: its documents as the JSON their
-// objects were decoded from, about 0.6 kB each against 1.8 kB decoded.
-// Reviving it decodes them again, without parsing YAML or validating.
-type restChunk struct {
-	docs []restDoc
-}
+// dropped (releaseValidator): the documents of a clean chunk, as the JSON
+// their objects were decoded from, about 0.6 kB each against 1.8 kB
+// decoded. Reviving them decodes them again, without parsing YAML or
+// validating. A cache is never changed once built.
+type restCache map[[sha256.Size]byte][]restDoc
 
 type restDoc struct {
-	doc     manifest.Document // bare (manifest.Document.Bare), with its line then
+	// doc is bare (manifest.Document.Bare), with its line then; its
+	// apiVersion and kind are its kindSpec's strings, not copies.
+	doc     manifest.Document
 	ref     diag.Ref
-	id      identity
 	decoded []byte    // checked.raw
 	spec    *kindSpec // checked.spec
 }
@@ -87,31 +84,44 @@ chunks:
 		if !cr.clean {
 			continue
 		}
-		rc := &restChunk{docs: make([]restDoc, 0, len(cr.docs))}
+		docs := make([]restDoc, 0, len(cr.docs))
 		for _, d := range cr.docs {
 			if !d.tracked || d.add == nil || d.raw == nil {
 				continue chunks
 			}
-			rc.docs = append(rc.docs, restDoc{doc: d.doc.Bare(), ref: d.ref, id: d.id, decoded: d.raw, spec: d.spec})
+			doc, ref := d.doc.Bare(), d.ref
+			if doc.APIVersion == d.spec.apiVersion {
+				doc.APIVersion = d.spec.apiVersion
+			}
+			if doc.Kind == d.spec.kind {
+				doc.Kind = d.spec.kind
+			}
+			if ref.Kind == d.spec.kind {
+				ref.Kind = d.spec.kind
+			}
+			docs = append(docs, restDoc{doc: doc, ref: ref, decoded: d.raw, spec: d.spec})
 		}
-		out[key] = rc
+		out[key] = docs
 	}
 	return out
 }
 
-// revive decodes the documents of rc again for c, the chunk of the same
-// file and bytes in this load; nil if one no longer decodes (it did
-// before: a bug), so that the chunk is loaded from its bytes instead.
-func (rc *restChunk) revive(c manifest.Chunk) *chunkResult {
-	cr := &chunkResult{line: c.Line(), clean: true, docs: make([]chunkDoc, 0, len(rc.docs))}
-	for _, d := range rc.docs {
+// revive decodes the documents of a chunk at rest again for c, the chunk
+// of the same file and bytes in this load; nil if one no longer decodes
+// (it did before: a bug), so that the chunk is loaded from its bytes
+// instead.
+func revive(docs []restDoc, c manifest.Chunk) *chunkResult {
+	cr := &chunkResult{line: c.Line(), clean: true, docs: make([]chunkDoc, 0, len(docs))}
+	for _, d := range docs {
 		dec := d.spec.decode(d.decoded)
 		if dec.err != nil || len(dec.strict) > 0 || len(dec.errs) > 0 || dec.add == nil {
 			return nil
 		}
+		// check's identity of the document, from what it kept.
+		id := identity{group(d.doc.APIVersion), d.doc.Kind, d.ref.Namespace, d.ref.Name}
 		cr.docs = append(cr.docs, chunkDoc{
 			doc:     c.Moved(d.doc),
-			checked: checked{tracked: true, ref: d.ref, id: d.id, add: dec.add, raw: d.decoded, spec: d.spec},
+			checked: checked{tracked: true, ref: d.ref, id: id, add: dec.add, raw: d.decoded, spec: d.spec},
 		})
 	}
 	return cr

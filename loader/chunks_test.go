@@ -109,16 +109,16 @@ func testLoadReusesChunks(t *testing.T, atRest bool) {
 			// what it left, not parsed again.
 			revived := 0
 			for key, cr := range heldChunks() {
-				rc := rest[key]
-				if rc == nil {
+				rc, ok := rest[key]
+				if !ok {
 					continue
 				}
-				if len(cr.docs) != len(rc.docs) {
-					t.Errorf("%s: a chunk at rest came back with %d documents, want %d", step.name, len(cr.docs), len(rc.docs))
+				if len(cr.docs) != len(rc) {
+					t.Errorf("%s: a chunk at rest came back with %d documents, want %d", step.name, len(cr.docs), len(rc))
 					continue
 				}
 				for i := range cr.docs {
-					if &cr.docs[i].raw[0] != &rc.docs[i].decoded[0] {
+					if &cr.docs[i].raw[0] != &rc[i].decoded[0] {
 						t.Errorf("%s: a chunk at rest was parsed again at line %d", step.name, cr.line)
 					}
 				}

@@ -94,8 +94,8 @@ func Load(paths ...string) (*Result, diag.List) {
 	diags := manifest.WalkChunks(paths, func(c manifest.Chunk) diag.List {
 		key := chunkKey(c)
 		cr := cache[key]
-		if cr == nil && rest[key] != nil {
-			cr = rest[key].revive(c)
+		if docs, ok := rest[key]; ok && cr == nil {
+			cr = revive(docs, c)
 		}
 		if cr == nil || (cr.line != c.Line() && !cr.clean) {
 			cr = loadChunk(v, c)
