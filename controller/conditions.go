@@ -48,6 +48,10 @@ func (d *decider) writeConditions(ctx context.Context, w *world, idx problemInde
 	}
 	var errs []error
 	for _, it := range items {
+		if ctx.Err() != nil {
+			// Stopping: every patch left would fail alike.
+			return append(errs, fmt.Errorf("update status: %w", context.Cause(ctx)))
+		}
 		gen := it.obj.GetGeneration()
 		acc := idx.accepted(it.ref, gen)
 		orig := it.obj.DeepCopyObject().(client.Object)

@@ -98,6 +98,11 @@ func (d *decider) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 	errs = append(errs, d.writeConditions(ctx, w, idx, newBackendHealth(snap, failing))...)
 	errs = append(errs, d.writeLineages(ctx, w, snap)...)
 	d.c.metrics.decided(len(errs))
+	if ctx.Err() != nil {
+		// The controller is stopping: the writes left undone are the
+		// next leader's, not an error to report.
+		return reconcile.Result{}, nil
+	}
 	// Agent Leases expire without an event: look again soon.
 	return reconcile.Result{RequeueAfter: d.c.opts.Resync}, errors.Join(errs...)
 }

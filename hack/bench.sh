@@ -26,7 +26,7 @@ echo "== XDP forwarding rate: trivial XDP_TX vs nftables DNAT vs the fast path, 
 go run ./perf/xdpbench -out perf/results
 echo "== XDP fast path: ns per packet from BPF_PROG_TEST_RUN beside a trivial XDP_TX program (perf/xdpcost)"
 go run ./perf/xdpcost -out perf/results
-echo "== control plane: EndpointSlice change to agent ACK beside a plain watch, snapshot build beside proto.Marshal, controller memory beside an empty cluster (perf/controlplane)"
+echo "== control plane: EndpointSlice change and a new ProxyRoute among 3000 to agent ACK beside a plain watch, snapshot build beside proto.Marshal, controller memory beside an empty cluster (perf/controlplane)"
 assets="$(hack/envtest-assets.sh)"
 KUBEBUILDER_ASSETS="$assets" go run ./perf/controlplane -out perf/results -controller bin/novaedge-controller
 echo "== VIP failover: L2 SIGKILL of the active to the standby's ARP, BGP silence to FRR dropping the path with BFD 3 x 100/300 ms and without, beside FRR to FRR (perf/vipfailover)"

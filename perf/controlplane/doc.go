@@ -12,7 +12,10 @@
 //  2. build: snapshot.Build for 10 000 routes and 1 000 backends, beside
 //     proto.Marshal of the snapshot it produced, and for 100 nodes as the
 //     controller builds them;
-//  3. memory: the resident set of a novaedge-controller process holding
+//  3. routes: the time from creating a ProxyRoute, with 3000 in place, to
+//     every agent's ACK of a snapshot holding it, beside a watch of
+//     ProxyRoutes in the same process;
+//  4. memory: the resident set of a novaedge-controller process holding
 //     10 000 ProxyRoutes and 1 000 ProxyBackends, beside the same process
 //     with an empty cluster.
 //

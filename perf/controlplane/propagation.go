@@ -169,70 +169,99 @@ func hasEndpoint(snap *pb.ConfigSnapshot, backend, addr string) bool {
 	return false
 }
 
-// measure runs a controller (in process, as the e2e tests do) with three
-// agents and takes samples updates of EndpointSlices, spaced by spacing.
-func (c *propCluster) measure(ctx context.Context, cfg propConfig, samples int, spacing time.Duration) (_ *propResult, err error) {
+// plane is an in-process controller (as the e2e tests run it) with three
+// agents connected to it.
+type plane struct {
+	srv     atomic.Pointer[stream.Server]
+	agents  []*benchAgent
+	builds  buildLog
+	started time.Time
+	stop    func() error
+}
+
+// joinStop adds the error of stopping a plane to err.
+func joinStop(err, stopErr error) error { return errors.Join(err, stopErr) }
+
+// startPlane starts a controller with the given debounce and three agents.
+func (c *propCluster) startPlane(ctx context.Context, debounce time.Duration) (_ *plane, err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("listen for the controller: %w", err)
 	}
-	started := time.Now()
-	builds := newBuildLog(c.log.Handler())
-	var srv atomic.Pointer[stream.Server]
+	p := &plane{started: time.Now(), builds: newBuildLog(c.log.Handler())}
 	done := make(chan error, 1)
 	go func() {
 		done <- controller.Serve(ctx, c.env.Config, controller.ServeOptions{
 			Options: controller.Options{
 				Namespace: c.ctlNS, Identity: "bench", ServeClasslessServices: true,
-				Debounce: cfg.Debounce, Logger: slog.New(builds).With("component", "controller"),
+				Debounce: debounce, Logger: slog.New(p.builds).With("component", "controller"),
 			},
 			Listener:   lis,
 			Registerer: prometheus.NewRegistry(),
-			Started:    func(_ *controller.Controller, s *stream.Server) { srv.Store(s) },
+			Started:    func(_ *controller.Controller, s *stream.Server) { p.srv.Store(s) },
 		})
 	}()
-	defer func() {
+	var tlsDir string
+	p.stop = func() error {
+		for _, a := range p.agents {
+			a.stop()
+		}
+		if tlsDir != "" {
+			_ = os.RemoveAll(tlsDir)
+		}
 		cancel()
 		select {
 		case e := <-done:
 			if e != nil && !errors.Is(e, context.Canceled) {
-				err = errors.Join(err, fmt.Errorf("controller: %w", e))
+				return fmt.Errorf("controller: %w", e)
 			}
+			return nil
 		case <-time.After(time.Minute):
-			err = errors.Join(err, errors.New("the controller did not stop within a minute"))
+			return errors.New("the controller did not stop within a minute")
+		}
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.stop())
 		}
 	}()
-
-	tlsDir, err := c.agentTLS(ctx)
+	tlsDir, err = c.agentTLS(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.RemoveAll(tlsDir) }()
 	tlsCfg, err := pki.ClientTLSConfig(tlsDir, serverName)
 	if err != nil {
 		return nil, fmt.Errorf("agent TLS: %w", err)
 	}
-	var agents []*benchAgent
-	defer func() {
-		for _, a := range agents {
-			a.stop()
-		}
-	}()
 	for _, n := range c.nodes {
 		a, err := c.startAgent(ctx, n, lis.Addr().String(), tlsCfg)
 		if err != nil {
 			return nil, err
 		}
-		agents = append(agents, a)
+		p.agents = append(p.agents, a)
 	}
+	return p, nil
+}
 
-	res := &propResult{propConfig: cfg}
-	if err := c.waitReady(ctx, cfg.Services, agents, &srv); err != nil {
+// measure runs a controller (in process, as the e2e tests do) with three
+// agents and takes samples updates of EndpointSlices, spaced by spacing.
+func (c *propCluster) measure(ctx context.Context, cfg propConfig, samples int, spacing time.Duration) (_ *propResult, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p, err := c.startPlane(ctx, cfg.Debounce)
+	if err != nil {
 		return nil, err
 	}
-	res.Ready = time.Since(started)
+	defer func() { err = joinStop(err, p.stop()) }()
+	agents, srv, builds := p.agents, &p.srv, p.builds
+
+	res := &propResult{propConfig: cfg}
+	if err := c.waitReady(ctx, fmt.Sprintf("%d Services", cfg.Services), c.servedServices, cfg.Services, agents, srv); err != nil {
+		return nil, err
+	}
+	res.Ready = time.Since(p.started)
 	firstBuild := builds.count()
 
 	for k := range samples {
@@ -316,9 +345,10 @@ func (c *propCluster) agentTLS(ctx context.Context) (string, error) {
 	return dir, nil
 }
 
-// waitReady waits until every agent runs a snapshot serving all n Services
-// and the controller knows it (every agent in sync).
-func (c *propCluster) waitReady(ctx context.Context, n int, agents []*benchAgent, srv *atomic.Pointer[stream.Server]) error {
+// waitReady waits until every agent runs a snapshot serving all n things
+// (what: "n Services"; served counts them in a snapshot) and the
+// controller knows it (every agent in sync).
+func (c *propCluster) waitReady(ctx context.Context, what string, served func(*pb.ConfigSnapshot) int, n int, agents []*benchAgent, srv *atomic.Pointer[stream.Server]) error {
 	deadline := time.Now().Add(10 * time.Minute)
 	last := ""
 	for time.Now().Before(deadline) {
@@ -327,7 +357,7 @@ func (c *propCluster) waitReady(ctx context.Context, n int, agents []*benchAgent
 		for _, a := range agents {
 			got := 0
 			if st := a.agent.State(); st != nil {
-				got = c.servedServices(st.Snapshot)
+				got = served(st.Snapshot)
 			}
 			parts = append(parts, fmt.Sprintf("%s serves %d/%d", a.node, got, n))
 			ready = ready && got == n
@@ -353,7 +383,7 @@ func (c *propCluster) waitReady(ctx context.Context, n int, agents []*benchAgent
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("agents not serving all %d Services after 10 minutes: %s", n, last)
+	return fmt.Errorf("agents not serving all %s after 10 minutes: %s", what, last)
 }
 
 // waitAcked waits until the controller has every agent's ACK of a snapshot
