@@ -13,12 +13,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
+	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 	"github.com/novaedge/novaedge/snapshot"
 )
 
-// TestUninvolvedNodesShareOneBuild: the snapshot the publisher derives for a
-// node that serves nothing and hosts no endpoint of a Local Service equals
-// what a full build for that node gives, and only such nodes take it.
+// TestUninvolvedNodesShareOneBuild: the snapshots the publisher derives
+// from one build equal what a full build for each node gives: as they are
+// for nodes that serve nothing, with their own node part for nodes that
+// serve VIPs; and nodes hosting endpoints of a Local Service, whose cluster
+// part differs, are told apart.
 func TestUninvolvedNodesShareOneBuild(t *testing.T) {
 	ptr := func(s string) *string { return &s }
 	tru := true
@@ -64,23 +67,36 @@ func TestUninvolvedNodesShareOneBuild(t *testing.T) {
 	}
 	w := &world{in: in, services: servedServices(in, false)}
 	involved := involvedNodes(w)
-	if got := slices.Sorted(maps.Keys(involved)); !slices.Equal(got, []string{"node-a", "node-b", "node-c"}) {
-		t.Fatalf("involved nodes %v, want node-a, node-b (assigned) and node-c (a Local endpoint)", got)
+	want := map[string]involvement{"node-a": assigned, "node-b": assigned, "node-c": localEndpoints}
+	if !maps.Equal(involved, want) {
+		t.Fatalf("involved nodes %v, want node-a, node-b assigned and node-c with a Local endpoint", involved)
 	}
 	c := &Controller{opts: Options{ServeClasslessServices: true}}
-	base, _ := snapshot.Build(in, c.buildOptions(noNode, nil))
-	baseCluster := snapshot.ClusterBytes(base)
-	for _, node := range []string{"node-d", "node-e", "node-z"} {
-		full, _ := snapshot.Build(in, c.buildOptions(node, nil))
-		derived := snapshot.ForNode(base, baseCluster, node)
-		if derived.GetContentHash() != full.GetContentHash() || !proto.Equal(derived.GetCluster(), full.GetCluster()) || !proto.Equal(derived.GetNode(), full.GetNode()) {
+	shared := []snapshot.Node{{Name: "node-a"}, {Name: "node-b", Labels: map[string]string{"zone": "b"}}}
+	snaps, sh := snapshot.BuildShared(in, c.buildOptions(noNode, nil), shared)
+	same := func(node string, got, full *pb.ConfigSnapshot) {
+		t.Helper()
+		if got.GetContentHash() != full.GetContentHash() || !proto.Equal(got.GetCluster(), full.GetCluster()) || !proto.Equal(got.GetNode(), full.GetNode()) {
 			t.Errorf("%s: the shared build differs from a full one", node)
 		}
 	}
-	// And it would be wrong for an involved node.
+	// Nodes that serve nothing take the base as it is.
+	for _, node := range []string{"node-d", "node-e", "node-z"} {
+		full, _ := snapshot.Build(in, c.buildOptions(node, nil))
+		same(node, sh.ForNode(node), full)
+	}
+	// Assigned nodes add their node part to the shared cluster part.
+	for i, n := range shared {
+		full, _ := snapshot.Build(in, c.buildOptions(n.Name, n.Labels))
+		same(n.Name, snaps[i], full)
+		if len(full.GetNode().GetVips()) == 0 {
+			t.Errorf("%s serves no VIP: the node part proves nothing", n.Name)
+		}
+	}
+	// And it would be wrong for node-c, whose cluster part is its own.
 	full, _ := snapshot.Build(in, c.buildOptions("node-c", nil))
-	if snapshot.ForNode(base, baseCluster, "node-c").GetContentHash() == full.GetContentHash() {
-		t.Error("node-c's Local endpoints do not change its snapshot: the test proves nothing")
+	if proto.Equal(full.GetCluster(), sh.ForNode("node-z").GetCluster()) {
+		t.Error("node-c's Local endpoints do not change its cluster part: the test proves nothing")
 	}
 }
 

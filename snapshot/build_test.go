@@ -9,11 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -293,5 +296,92 @@ func TestNodeAddressesForHeartbeats(t *testing.T) {
 	want := map[string]string{"node-a": "192.0.2.10", "node-b": "2001:db8::b"}
 	if got := vips[0].GetNodeAddresses(); !maps.Equal(got, want) {
 		t.Errorf("node addresses %v, want %v", got, want)
+	}
+}
+
+// TestBuildSharedIsBuild: every node's snapshot from BuildShared equals
+// Build's for that node (cluster and node parts, hash, diagnostics), over
+// every test input and nodes that serve VIPs in several roles, announce
+// nothing, or carry labels a VIP selects; for an input with a Local
+// Service (with decisions, as BuildShared requires), only nodes whose
+// cluster part is the shared one are compared (the others are what
+// BuildShared's contract leaves out, and the test checks such nodes exist,
+// so the exclusion is not vacuous).
+func TestBuildSharedIsBuild(t *testing.T) {
+	nodes := []Node{
+		{Name: "(none)"}, {Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}, {Name: "edge-1"},
+		{Name: "edge-2", Labels: map[string]string{"node-role.kubernetes.io/edge": "true"}}, {Name: "plain"},
+	}
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test inputs: %v", err)
+	}
+	own := 0 // nodes with a cluster part of their own, not compared
+	defer func() {
+		if own == 0 {
+			t.Error("no node had Local endpoints of its own: what BuildShared leaves out is untested")
+		}
+	}()
+	type variant struct {
+		file  string
+		local bool // shop/web made externalTrafficPolicy Local (services.yaml)
+	}
+	variants := []variant{{file: "testdata/services.yaml", local: true}}
+	for _, f := range files {
+		variants = append(variants, variant{file: f})
+	}
+	for _, v := range variants {
+		for _, decisions := range []*Decisions{nil, decisionsFixture()} {
+			if v.local && decisions == nil {
+				continue // outside BuildShared's contract
+			}
+			for _, complete := range []bool{false, true} {
+				name := fmt.Sprintf("%s/local=%t/decisions=%t/complete=%t", filepath.Base(v.file), v.local, decisions != nil, complete)
+				t.Run(name, func(t *testing.T) {
+					in := readInput(t, v.file)
+					in.Decisions = decisions
+					if v.local {
+						i := slices.IndexFunc(in.Services, func(s corev1.Service) bool { return s.Namespace == "shop" && s.Name == "web" })
+						if i < 0 {
+							t.Fatal("services.yaml has no Service shop/web")
+						}
+						in.Services[i].Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+						// The leader's address and nodes for it.
+						in.Decisions.Addresses["Service/shop/web"] = []netip.Addr{netip.MustParseAddr("10.50.0.10")}
+						in.Decisions.Assignments["Service/shop/web"] = Assignment{Active: "node-b", Standbys: []string{"node-a"}}
+					}
+					opts := Options{Node: nodes[0], Version: 3, ClusterComplete: complete}
+					base, _ := Build(in, opts)
+					snaps, sh := BuildShared(in, opts, nodes)
+					if !bytes.Equal(sh.ClusterBytes(), ClusterBytes(base)) {
+						t.Fatal("ClusterBytes is not the shared cluster part's encoding")
+					}
+					// A node that serves nothing (with decisions: node-z is
+					// in no assignment), from the base: the same content
+					// (its diagnostics are the base's, which may name the
+					// base's node in warnings about serving).
+					if decisions != nil {
+						o := opts
+						o.Node = Node{Name: "node-z"}
+						want, _ := Build(in, o)
+						if got := sh.ForNode("node-z"); got.GetContentHash() != want.GetContentHash() || !proto.Equal(got.GetCluster(), want.GetCluster()) || !proto.Equal(got.GetNode(), want.GetNode()) {
+							t.Error("ForNode differs from Build for a node that serves nothing")
+						}
+					}
+					for i, n := range nodes {
+						o := opts
+						o.Node = n
+						want, _ := Build(in, o)
+						if !proto.Equal(want.GetCluster(), base.GetCluster()) {
+							own++ // a node with Local endpoints of its own
+							continue
+						}
+						if diff := cmp.Diff(want, snaps[i], protocmp.Transform()); diff != "" {
+							t.Errorf("node %s: BuildShared differs from Build (-Build +BuildShared):\n%s", n.Name, diff)
+						}
+					}
+				})
+			}
+		}
 	}
 }
