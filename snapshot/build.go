@@ -46,7 +46,7 @@ func BuildShared(in *Input, opts Options, nodes []Node) ([]*pb.ConfigSnapshot, *
 	b.buildCluster()
 	cluster := b.assembleCluster()
 	clusterBytes := ClusterBytes(&pb.ConfigSnapshot{Cluster: cluster})
-	sh := &Shared{bytes: clusterBytes, hash: newClusterHash(clusterBytes)}
+	sh := &Shared{hash: newClusterHash(clusterBytes)}
 	diags := b.diags
 	var snaps []*pb.ConfigSnapshot
 	for _, n := range nodes {
@@ -70,13 +70,9 @@ func BuildShared(in *Input, opts Options, nodes []Node) ([]*pb.ConfigSnapshot, *
 
 // Shared is a cluster part built once for many nodes (BuildShared).
 type Shared struct {
-	base  *pb.ConfigSnapshot // the snapshot of BuildShared's opts.Node
-	bytes []byte             // ClusterBytes of base
-	hash  clusterHash
+	base *pb.ConfigSnapshot // the snapshot of BuildShared's opts.Node
+	hash clusterHash        // of base's cluster part
 }
-
-// ClusterBytes is the encoding of the shared cluster part (ClusterBytes).
-func (sh *Shared) ClusterBytes() []byte { return sh.bytes }
 
 // ForNode returns the snapshot of node when it is a node that serves no VIP
 // and hosts no endpoint of a Service with externalTrafficPolicy Local,

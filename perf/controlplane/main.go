@@ -115,8 +115,16 @@ func main() {
 
 // runPropagation starts an API server of its own, grows the Services size
 // by size and measures each size at the default debounce and at 10 ms.
-func runPropagation(ctx context.Context, logger *slog.Logger, rep *report, sizes []int, samples int, spacing time.Duration) (err error) {
+func runPropagation(ctx context.Context, logger *slog.Logger, rep *report, sizes []int, samples int, spacing time.Duration) error {
 	t := time.Now()
+	return withAPIServer(func(env *kubeenv.Env) error {
+		log.Printf("propagation: API server up in %s", time.Since(t).Round(time.Millisecond))
+		return propagation(ctx, env, logger, rep, sizes, samples, spacing)
+	})
+}
+
+// withAPIServer runs fn with an API server of its own.
+func withAPIServer(fn func(*kubeenv.Env) error) (err error) {
 	env, stop, err := kubeenv.Start()
 	if err != nil {
 		return err
@@ -126,7 +134,10 @@ func runPropagation(ctx context.Context, logger *slog.Logger, rep *report, sizes
 			err = fmt.Errorf("stop the API server: %w", e)
 		}
 	}()
-	log.Printf("propagation: API server up in %s", time.Since(t).Round(time.Millisecond))
+	return fn(env)
+}
+
+func propagation(ctx context.Context, env *kubeenv.Env, logger *slog.Logger, rep *report, sizes []int, samples int, spacing time.Duration) error {
 	// The baseline informer's watch must end before the API server stops:
 	// it waits for open requests.
 	ctx, cancel := context.WithCancel(ctx)
@@ -157,16 +168,11 @@ func runPropagation(ctx context.Context, logger *slog.Logger, rep *report, sizes
 
 // runRouteAdd starts an API server of its own, creates sc and measures
 // adding a route at the default debounce and at 10 ms.
-func runRouteAdd(ctx context.Context, logger *slog.Logger, rep *report, sc scale, samples int, spacing time.Duration) (err error) {
-	env, stop, err := kubeenv.Start()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if e := stop(); e != nil && err == nil {
-			err = fmt.Errorf("stop the API server: %w", e)
-		}
-	}()
+func runRouteAdd(ctx context.Context, logger *slog.Logger, rep *report, sc scale, samples int, spacing time.Duration) error {
+	return withAPIServer(func(env *kubeenv.Env) error { return routeAdd(ctx, env, logger, rep, sc, samples, spacing) })
+}
+
+func routeAdd(ctx context.Context, env *kubeenv.Env, logger *slog.Logger, rep *report, sc scale, samples int, spacing time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c, err := newPropCluster(ctx, env, logger)
@@ -193,18 +199,11 @@ func runRouteAdd(ctx context.Context, logger *slog.Logger, rep *report, sc scale
 
 // runMemory starts an API server of its own and measures the controller
 // binary's memory.
-func runMemory(ctx context.Context, rep *report, bin string, sc scale, workers int, later time.Duration) (err error) {
-	env, stop, err := kubeenv.Start()
-	if err != nil {
+func runMemory(ctx context.Context, rep *report, bin string, sc scale, workers int, later time.Duration) error {
+	return withAPIServer(func(env *kubeenv.Env) (err error) {
+		rep.mem, err = measureMemory(ctx, env, bin, sc, workers, later, func(f string, a ...any) { log.Printf("memory: "+f, a...) })
 		return err
-	}
-	defer func() {
-		if e := stop(); e != nil && err == nil {
-			err = fmt.Errorf("stop the API server: %w", e)
-		}
-	}()
-	rep.mem, err = measureMemory(ctx, env, bin, sc, workers, later, func(f string, a ...any) { log.Printf("memory: "+f, a...) })
-	return err
+	})
 }
 
 // report collects the results and renders them.
@@ -303,9 +302,3 @@ func (r *report) markdown() string {
 	}
 	return b.String()
 }
-
-// N is the number of samples of r.
-func (r *propResult) N() int { return len(r.Acked) }
-
-// N is the number of samples of r.
-func (r *routeResult) N() int { return len(r.Acked) }

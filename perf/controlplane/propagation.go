@@ -46,7 +46,13 @@ type propConfig struct {
 // before the EndpointSlice update call (t0).
 type propResult struct {
 	propConfig
-	// Watch: until the baseline informer delivered the update event.
+	timings
+}
+
+// timings are the timings of one propagation measurement's samples, each
+// from just before the API call that made the change (t0).
+type timings struct {
+	// Watch: until the baseline watch delivered the change's event.
 	Watch []time.Duration
 	// Applied: until the last of the agents switched to a snapshot holding
 	// the change (the recording applier's Apply).
@@ -62,9 +68,22 @@ type propResult struct {
 	// (list from the cache, build and publish every node's snapshot).
 	Builds []time.Duration
 	// Ready is the time from the controller's start until every agent ran
-	// a snapshot with every Service.
+	// a snapshot with everything the API server held.
 	Ready time.Duration
 }
+
+// add records one sample that began at t0.
+func (s *timings) add(t0, watched, applied, acked time.Time, polled bool) {
+	s.Watch = append(s.Watch, watched.Sub(t0))
+	s.Applied = append(s.Applied, applied.Sub(t0))
+	s.Acked = append(s.Acked, acked.Sub(t0))
+	if polled {
+		s.Polled++
+	}
+}
+
+// N is the number of samples.
+func (s *timings) N() int { return len(s.Acked) }
 
 // propCluster is the API server of the propagation measurement with its
 // Services, Nodes and the baseline informer.
@@ -179,9 +198,6 @@ type plane struct {
 	stop    func() error
 }
 
-// joinStop adds the error of stopping a plane to err.
-func joinStop(err, stopErr error) error { return errors.Join(err, stopErr) }
-
 // startPlane starts a controller with the given debounce and three agents.
 func (c *propCluster) startPlane(ctx context.Context, debounce time.Duration) (_ *plane, err error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -254,7 +270,7 @@ func (c *propCluster) measure(ctx context.Context, cfg propConfig, samples int, 
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = joinStop(err, p.stop()) }()
+	defer func() { err = errors.Join(err, p.stop()) }()
 	agents, srv, builds := p.agents, &p.srv, p.builds
 
 	res := &propResult{propConfig: cfg}
@@ -291,7 +307,7 @@ func (c *propCluster) measure(ctx context.Context, cfg propConfig, samples int, 
 		if err := c.env.Client.Update(ctx, &es); err != nil {
 			return nil, fmt.Errorf("update EndpointSlice %s: %w", key, err)
 		}
-		tw, err := c.watch.wait(ctx, es.Name, es.ResourceVersion)
+		tw, err := c.watch.wait(ctx, es.Name+"@"+es.ResourceVersion, fmt.Sprintf("update of EndpointSlice %s to resourceVersion %s", es.Name, es.ResourceVersion))
 		if err != nil {
 			return nil, err
 		}
@@ -299,12 +315,7 @@ func (c *propCluster) measure(ctx context.Context, cfg propConfig, samples int, 
 		if err != nil {
 			return nil, fmt.Errorf("sample %d (%s %s on %s): %w", k, map[bool]string{true: "add", false: "remove"}[add], addr, svcName(i), err)
 		}
-		res.Watch = append(res.Watch, tw.Sub(t0))
-		res.Applied = append(res.Applied, applied.Sub(t0))
-		res.Acked = append(res.Acked, acked.Sub(t0))
-		if polled {
-			res.Polled++
-		}
+		res.add(t0, tw, applied, acked, polled)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -550,29 +561,19 @@ func (r *recorder) Compile(s *pb.ConfigSnapshot) (agent.Change, error) {
 }
 
 // watchRecorder is the baseline: a plain client-go informer on the
-// EndpointSlices, noting when each update event arrives.
-type watchRecorder struct {
-	mu      sync.Mutex
-	seen    map[string]time.Time // name@resourceVersion
-	changed chan struct{}        // closed and replaced on every event
-}
+// EndpointSlices, noting when each update event arrives (by
+// "name@resourceVersion").
+type watchRecorder struct{ events }
 
 func startWatch(ctx context.Context, env *kubeenv.Env, ns string) (*watchRecorder, error) {
-	w := &watchRecorder{seen: map[string]time.Time{}, changed: make(chan struct{})}
+	w := &watchRecorder{newEvents()}
 	f := informers.NewSharedInformerFactoryWithOptions(env.Clientset, 0, informers.WithNamespace(ns))
 	inf := f.Discovery().V1().EndpointSlices().Informer()
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
-			now := time.Now()
-			es, ok := obj.(*discoveryv1.EndpointSlice)
-			if !ok {
-				return
+			if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				w.note(es.Name + "@" + es.ResourceVersion)
 			}
-			w.mu.Lock()
-			w.seen[es.Name+"@"+es.ResourceVersion] = now
-			close(w.changed)
-			w.changed = make(chan struct{})
-			w.mu.Unlock()
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("baseline informer: %w", err)
@@ -586,14 +587,36 @@ func startWatch(ctx context.Context, env *kubeenv.Env, ns string) (*watchRecorde
 	return w, nil
 }
 
-// wait returns when the update of name to resourceVersion rv arrived.
-func (w *watchRecorder) wait(ctx context.Context, name, rv string) (time.Time, error) {
+// events notes when keyed events arrived, for a sampler to wait on.
+type events struct {
+	mu      sync.Mutex
+	seen    map[string]time.Time
+	changed chan struct{} // closed and replaced on every event
+}
+
+func newEvents() events {
+	return events{seen: map[string]time.Time{}, changed: make(chan struct{})}
+}
+
+// note records that the event key arrived now.
+func (e *events) note(key string) {
+	now := time.Now()
+	e.mu.Lock()
+	e.seen[key] = now
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// wait returns when the event key arrived; what names it in the error
+// when it does not within a minute.
+func (e *events) wait(ctx context.Context, key, what string) (time.Time, error) {
 	timeout := time.After(time.Minute)
 	for {
-		w.mu.Lock()
-		at, ok := w.seen[name+"@"+rv]
-		ch := w.changed
-		w.mu.Unlock()
+		e.mu.Lock()
+		at, ok := e.seen[key]
+		ch := e.changed
+		e.mu.Unlock()
 		if ok {
 			return at, nil
 		}
@@ -602,7 +625,7 @@ func (w *watchRecorder) wait(ctx context.Context, name, rv string) (time.Time, e
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		case <-timeout:
-			return time.Time{}, fmt.Errorf("the baseline informer saw no update of EndpointSlice %s to resourceVersion %s within a minute", name, rv)
+			return time.Time{}, fmt.Errorf("the baseline watch saw no %s within a minute", what)
 		}
 	}
 }

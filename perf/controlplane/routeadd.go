@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,19 +16,12 @@ import (
 )
 
 // routeResult is one route-add measurement: ProxyRoutes created (even
-// samples) and deleted again (odd ones) among Routes others.
+// samples) and deleted again (odd ones) among Routes others; the baseline
+// is a watch of ProxyRoutes in the same process.
 type routeResult struct {
 	Routes   int
 	Debounce time.Duration
-	// Watch, Applied and Acked are measured from just before the create
-	// or delete call: until a watch of ProxyRoutes in the same process
-	// delivered its event (the baseline), until the last agent applied a
-	// snapshot with (without) the route, and until the controller had
-	// every agent's ACK of it.
-	Watch, Applied, Acked []time.Duration
-	Polled                int
-	Builds                []time.Duration
-	Ready                 time.Duration
+	timings
 }
 
 // routeKey is the snapshot's name of route r of sc.
@@ -75,7 +68,7 @@ func (c *propCluster) measureRouteAdd(ctx context.Context, sc scale, debounce ti
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = joinStop(err, p.stop()) }()
+	defer func() { err = errors.Join(err, p.stop()) }()
 	res := &routeResult{Routes: sc.Routes, Debounce: debounce}
 	if err := c.waitReady(ctx, fmt.Sprintf("%d routes", sc.Routes), servedRoutes(sc), sc.Routes, p.agents, &p.srv); err != nil {
 		return nil, err
@@ -85,10 +78,10 @@ func (c *propCluster) measureRouteAdd(ctx context.Context, sc scale, debounce ti
 	_, _, _, routes := scale{Namespace: sc.Namespace, Routes: 1, Backends: 1, Gateways: 1}.objects()
 	for k := range samples {
 		name := fmt.Sprintf("added-%04d", k/2)
-		key := routeKey(sc, name)
+		snapKey := routeKey(sc, name)
 		add := k%2 == 0
 		for _, a := range p.agents {
-			a.rec.arm(func(s *pb.ConfigSnapshot) bool { return hasRoute(s, key) == add })
+			a.rec.arm(func(s *pb.ConfigSnapshot) bool { return hasRoute(s, snapKey) == add })
 		}
 		rt := routes[0].DeepCopy()
 		rt.Name = name
@@ -102,7 +95,11 @@ func (c *propCluster) measureRouteAdd(ctx context.Context, sc scale, debounce ti
 		if err != nil {
 			return nil, fmt.Errorf("sample %d: %w", k, err)
 		}
-		tw, err := w.wait(ctx, name, add)
+		event := "-" + name
+		if add {
+			event = "+" + name
+		}
+		tw, err := w.wait(ctx, event, fmt.Sprintf("event %q of ProxyRoute %s", event[:1], name))
 		if err != nil {
 			return nil, err
 		}
@@ -110,12 +107,7 @@ func (c *propCluster) measureRouteAdd(ctx context.Context, sc scale, debounce ti
 		if err != nil {
 			return nil, fmt.Errorf("sample %d (%s ProxyRoute %s): %w", k, map[bool]string{true: "create", false: "delete"}[add], name, err)
 		}
-		res.Watch = append(res.Watch, tw.Sub(t0))
-		res.Applied = append(res.Applied, applied.Sub(t0))
-		res.Acked = append(res.Acked, acked.Sub(t0))
-		if polled {
-			res.Polled++
-		}
+		res.add(t0, tw, applied, acked, polled)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -127,13 +119,9 @@ func (c *propCluster) measureRouteAdd(ctx context.Context, sc scale, debounce ti
 }
 
 // routeWatch is the baseline of the route measurement: a watch of the
-// namespace's ProxyRoutes, noting when each route's creation and deletion
-// arrive.
-type routeWatch struct {
-	mu      sync.Mutex
-	seen    map[string]time.Time // "+name" created, "-name" deleted
-	changed chan struct{}        // closed and replaced on every event
-}
+// namespace's ProxyRoutes, noting when each route's creation ("+name")
+// and deletion ("-name") arrive.
+type routeWatch struct{ events }
 
 func watchRoutes(ctx context.Context, c *propCluster, ns string) (*routeWatch, error) {
 	cl, err := client.NewWithWatch(c.env.Config, client.Options{Scheme: c.env.Scheme})
@@ -148,7 +136,7 @@ func watchRoutes(ctx context.Context, c *propCluster, ns string) (*routeWatch, e
 	if err != nil {
 		return nil, fmt.Errorf("watch ProxyRoutes: %w", err)
 	}
-	w := &routeWatch{seen: map[string]time.Time{}, changed: make(chan struct{})}
+	w := &routeWatch{newEvents()}
 	go func() {
 		defer wi.Stop()
 		for {
@@ -159,48 +147,16 @@ func watchRoutes(ctx context.Context, c *propCluster, ns string) (*routeWatch, e
 				if !ok {
 					return
 				}
-				now := time.Now()
 				rt, isRoute := ev.Object.(*v1alpha1.ProxyRoute)
-				if !isRoute || (ev.Type != watch.Added && ev.Type != watch.Deleted) {
-					continue
+				switch {
+				case !isRoute:
+				case ev.Type == watch.Added:
+					w.note("+" + rt.Name)
+				case ev.Type == watch.Deleted:
+					w.note("-" + rt.Name)
 				}
-				sign := "+"
-				if ev.Type == watch.Deleted {
-					sign = "-"
-				}
-				w.mu.Lock()
-				w.seen[sign+rt.Name] = now
-				close(w.changed)
-				w.changed = make(chan struct{})
-				w.mu.Unlock()
 			}
 		}
 	}()
 	return w, nil
-}
-
-// wait returns when the creation (added) or deletion of route name
-// arrived.
-func (w *routeWatch) wait(ctx context.Context, name string, added bool) (time.Time, error) {
-	key := "-" + name
-	if added {
-		key = "+" + name
-	}
-	timeout := time.After(time.Minute)
-	for {
-		w.mu.Lock()
-		at, ok := w.seen[key]
-		ch := w.changed
-		w.mu.Unlock()
-		if ok {
-			return at, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-timeout:
-			return time.Time{}, fmt.Errorf("the baseline watch saw no event %q of ProxyRoute %s within a minute", key[:1], name)
-		}
-	}
 }
