@@ -64,6 +64,9 @@ type exchange struct {
 	lbReq lb.Request
 	// idle watches the exchange's activity (nil: no idle timeout).
 	idle *idleWatch
+	// start is when the request came (serveHTTP, serveRaw): the first
+	// try's start as well, which saves reading the clock again.
+	start time.Time
 
 	// sw is the response writer serveHTTP hands on, recording the status.
 	sw statusWriter
@@ -137,7 +140,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	}
 	x.ln, x.m, x.be, x.reqID, x.hash, x.hasHash, x.cookie = nil, router.Match{}, nil, "", 0, false, nil
 	x.ep.Store(nil)
-	x.tries, x.retryHeld, x.lbReq, x.idle = 0, false, lb.Request{}, nil
+	x.tries, x.retryHeld, x.lbReq, x.idle, x.start = 0, false, lb.Request{}, nil, time.Time{}
 	x.sw = statusWriter{}
 	x.tried, x.ntried = [4]*endpoint.Endpoint{}, 0
 	x.body.reset()
@@ -460,7 +463,10 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	for try := 0; ; try++ {
 		x.tries = try + 1
-		now := time.Now()
+		now := x.start
+		if try > 0 || now.IsZero() {
+			now = time.Now()
+		}
 		x.lbReq = lb.Request{Now: now, Hash: x.hash, HasHash: x.hasHash, Tried: x.wasTried}
 		ep := be.balancer.Pick(&x.lbReq)
 		if ep == nil {
@@ -527,7 +533,8 @@ func (x *exchange) RoundTrip(req *http.Request) (*http.Response, error) {
 			x.releaseRetry()
 			return nil, err
 		}
-		ep.ObserveLatency(time.Since(now), time.Now())
+		end := time.Now()
+		ep.ObserveLatency(end.Sub(now), end)
 		x.report(ep, classifyStatus(resp.StatusCode))
 		if try < maxRetries && retryOnStatus(retry, resp.StatusCode) && req.Context().Err() == nil && x.budget() {
 			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)

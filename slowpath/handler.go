@@ -24,6 +24,7 @@ const requestIDHeader = "X-Request-Id"
 func (p *Proxy) serveHTTP(key sockets.Key, rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	x := p.getExchange()
+	x.start = start
 	w := &x.sw
 	w.ResponseWriter = rw
 	var lname, route, backend string

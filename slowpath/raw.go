@@ -94,6 +94,7 @@ func (p *Proxy) serveRaw(key sockets.Key, rw http.ResponseWriter, r *http.Reques
 	}
 	start := time.Now()
 	x := p.getExchange()
+	x.start = start
 	w := &x.sw
 	w.ResponseWriter = rw
 	defer func() {

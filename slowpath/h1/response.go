@@ -463,8 +463,8 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // SetReadDeadline sets the connection's read deadline
-// (http.ResponseController).
-func (w *response) SetReadDeadline(t time.Time) error { return w.c.nc.SetReadDeadline(t) }
+// (http.ResponseController), from the handler's goroutine.
+func (w *response) SetReadDeadline(t time.Time) error { return w.c.setReadDeadline(t) }
 
 // SetWriteDeadline sets the connection's write deadline
 // (http.ResponseController).

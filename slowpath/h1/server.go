@@ -48,7 +48,8 @@ type Server struct {
 	// ReadHeaderTimeout bounds the time from a request's first byte (or a
 	// new connection) to the end of its head.
 	ReadHeaderTimeout time.Duration
-	// IdleTimeout closes a keep-alive connection idle this long.
+	// IdleTimeout closes a keep-alive connection idle this long, or up
+	// to an eighth longer (a deadline is set once for many requests).
 	IdleTimeout time.Duration
 	// SendTimeout closes a connection whose client takes none of a
 	// response for this long (slow-read protection, nginx's

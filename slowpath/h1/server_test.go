@@ -437,6 +437,30 @@ func TestTimeouts(t *testing.T) {
 		cl.response("GET")
 		cl.expectEOF()
 	})
+	// The deadline is set once for many requests (waitFor): a connection
+	// that keeps sending is never cut, and the wait after its last
+	// request is never shorter than the timeout, whichever request last
+	// set the deadline. (A deadline that was not renewed when needed, or
+	// one kept when it ended the wait too soon, fails here; how late the
+	// close comes is not timed.)
+	t.Run("IdleTimeout after a series", func(t *testing.T) {
+		const idle = 300 * time.Millisecond
+		ts := serve(t, &Server{Handler: ok, IdleTimeout: idle})
+		for _, gap := range []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond} {
+			cl := dial(t, ts.addr)
+			var sent time.Time
+			for range 40 {
+				sent = time.Now()
+				cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+				cl.response("GET")
+				time.Sleep(gap)
+			}
+			cl.expectEOF()
+			if waited := time.Since(sent); waited < idle {
+				t.Fatalf("gap %v: closed %v after the last request, want at least %v", gap, waited, idle)
+			}
+		}
+	})
 	// The timeouts bound the head, not a body the handler reads slowly.
 	for _, srv := range []*Server{
 		{Handler: echo, IdleTimeout: short},

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/novaedge/novaedge/slowpath/internal/mono"
 )
 
 // writeBuf gathers a connection's frames and writes them in bursts.
@@ -33,7 +35,7 @@ type writeBuf struct {
 	done         chan struct{}
 	// deadline is the write deadline set for the server's SendTimeout,
 	// renewed only when less than half of it is left (see writeOut).
-	deadline time.Time
+	deadline time.Duration // a mono reading
 }
 
 // sendChunk is the most one write system call is given, so that the send
@@ -154,9 +156,9 @@ func (w *writeBuf) writeOut(b []byte) error {
 			c.mu.Unlock()
 			return err
 		}
-		if now := time.Now(); w.deadline.Sub(now) < timeout/2 {
-			w.deadline = now.Add(timeout)
-			_ = c.nc.SetWriteDeadline(w.deadline)
+		if now := mono.Now(); w.deadline-now < timeout/2 {
+			w.deadline = now + timeout
+			_ = c.nc.SetWriteDeadline(mono.Time(w.deadline))
 		}
 		c.mu.Unlock()
 		n := min(len(b), sendChunk)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/novaedge/novaedge/slowpath/internal/mono"
 )
 
 // hostPool is the connections to one endpoint address.
@@ -49,7 +51,7 @@ func (t *Transport) getConn(ctx context.Context, addr string, check bool) (*conn
 }
 
 func (p *hostPool) get(ctx context.Context, check bool) (c *conn, err error, gone bool) {
-	var now time.Time
+	var now time.Duration
 	p.mu.Lock()
 	if p.gone {
 		p.mu.Unlock()
@@ -60,10 +62,10 @@ func (p *hostPool) get(ctx context.Context, check bool) (c *conn, err error, gon
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
 		if d := p.t.IdleConnTimeout; d > 0 {
-			if now.IsZero() {
-				now = time.Now()
+			if now == 0 {
+				now = mono.Now()
 			}
-			if now.Sub(c.idleAt) >= d {
+			if now-c.idleAt >= d {
 				p.open--
 				p.mu.Unlock()
 				c.close()
@@ -150,7 +152,7 @@ func (p *hostPool) put(c *conn) {
 	}
 	d := p.t.IdleConnTimeout
 	if d > 0 {
-		c.idleAt = time.Now()
+		c.idleAt = mono.Now()
 	}
 	p.idle = append(p.idle, c)
 	if d > 0 && p.timer == nil {
@@ -193,9 +195,9 @@ func (p *hostPool) sweep() {
 	p.mu.Lock()
 	p.timer = nil
 	if d := p.t.IdleConnTimeout; d > 0 {
-		now := time.Now()
+		now := mono.Now()
 		n := 0
-		for n < len(p.idle) && now.Sub(p.idle[n].idleAt) >= d {
+		for n < len(p.idle) && now-p.idle[n].idleAt >= d {
 			n++
 		}
 		expired = append(expired, p.idle[:n]...)
@@ -203,7 +205,7 @@ func (p *hostPool) sweep() {
 		p.idle = p.idle[n:]
 		p.open -= n
 		if len(p.idle) > 0 {
-			p.timer = time.AfterFunc(d-now.Sub(p.idle[0].idleAt), p.sweep)
+			p.timer = time.AfterFunc(d-(now-p.idle[0].idleAt), p.sweep)
 		}
 	}
 	// With connections left, the next put (or release of the last one)

@@ -31,6 +31,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/novaedge/novaedge/slowpath/internal/mono"
 )
 
 // Batcher writes the deferred messages of its Writers.
@@ -65,7 +67,7 @@ type Writer struct {
 	// set for it, renewed only when less than half of timeout is left,
 	// so that most writes cost no timer.
 	timeout  time.Duration
-	deadline time.Time
+	deadline time.Duration // a mono reading
 
 	// The argument and results of writeFD, which tryWrite hands to
 	// RawConn.Write as a method value made once (a closure per write
@@ -88,7 +90,7 @@ func (w *Writer) Reset(nc net.Conn, b *Batcher) {
 		w.idle.Wait()
 	}
 	w.nc, w.b, w.rc, w.deferNext, w.err = nc, b, nil, false, nil
-	w.timeout, w.deadline = 0, time.Time{}
+	w.timeout, w.deadline = 0, 0
 	w.buf = w.buf[:0]
 	if nc == nil || b == nil {
 		return
@@ -119,7 +121,7 @@ func (w *Writer) Reset(nc net.Conn, b *Batcher) {
 // connection's write deadline.
 func (w *Writer) SetSendTimeout(d time.Duration) {
 	w.mu.Lock()
-	w.timeout, w.deadline = d, time.Time{}
+	w.timeout, w.deadline = d, 0
 	w.mu.Unlock()
 }
 
@@ -129,12 +131,12 @@ func (w *Writer) arm() {
 	if w.timeout <= 0 {
 		return
 	}
-	now := time.Now()
-	if w.deadline.Sub(now) >= w.timeout/2 {
+	now := mono.Now()
+	if w.deadline-now >= w.timeout/2 {
 		return
 	}
-	w.deadline = now.Add(w.timeout)
-	_ = w.nc.SetWriteDeadline(w.deadline)
+	w.deadline = now + w.timeout
+	_ = w.nc.SetWriteDeadline(mono.Time(w.deadline))
 }
 
 // Defer makes the next Write a deferred one: its bytes are copied and
