@@ -24,18 +24,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -78,7 +75,9 @@ type Options struct {
 	// MetricsAddr and HealthAddr are the HTTP addresses of /metrics and of
 	// /healthz and /readyz; "0" or empty: none.
 	MetricsAddr, HealthAddr string
-	// Debounce coalesces bursts of changes; zero: 100ms.
+	// Debounce coalesces bursts of changes: the first change after a
+	// quiet spell of this long starts a run at once, later ones wait this
+	// long and share a run; zero: 100ms.
 	Debounce time.Duration
 	// Resync is how often the leader re-checks agent Leases, whose expiry
 	// produces no event; zero: 1s.
@@ -266,9 +265,6 @@ func (c *Controller) Term() uint64 {
 	return uint64(*l.Spec.LeaseTransitions)
 }
 
-// the single work item: every run looks at the whole cluster.
-var allKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "all"}}
-
 // watched lists the kinds whose changes trigger a rebuild.
 func watched() []client.Object {
 	return []client.Object{
@@ -276,33 +272,6 @@ func watched() []client.Object {
 		&v1alpha1.ProxyBackend{}, &v1alpha1.ProxyPolicy{},
 		&corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Secret{}, &corev1.Node{}, &corev1.Namespace{},
 		&networkingv1.Ingress{},
-	}
-}
-
-// debounced enqueues the single key a little later, so a burst of events
-// (a Deployment rolling, kubectl apply -f dir) costs one run.
-func debounced(d time.Duration, filter func(client.Object) bool) handler.EventHandler {
-	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) { q.AddAfter(allKey, d) }
-	pass := func(o client.Object) bool { return filter == nil || filter(o) }
-	return handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if pass(e.Object) {
-				add(q)
-			}
-		},
-		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if pass(e.ObjectNew) {
-				add(q)
-			}
-		},
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if pass(e.Object) {
-				add(q)
-			}
-		},
-		GenericFunc: func(_ context.Context, _ event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q)
-		},
 	}
 }
 
@@ -321,17 +290,18 @@ func (c *Controller) setup() error {
 
 	// The publisher runs on every replica.
 	pub := &publisher{c: c, gatewayAPI: hasGatewayAPI}
+	pubTrigger := newTrigger(c.opts.Debounce)
 	b := ctrl.NewControllerManagedBy(c.mgr).Named("novaedge-publish").
 		WithOptions(crcontroller.Options{NeedLeaderElection: ptr(false), MaxConcurrentReconciles: 1, SkipNameValidation: ptr(true)})
 	for _, k := range kinds {
-		b = b.Watches(k, debounced(c.opts.Debounce, nil))
+		b = b.Watches(k, pubTrigger.on(nil))
 	}
 	// Status writes of the leader (addresses, assignments) are decisions
 	// the publisher builds from; Lease renewals are not.
-	b = b.Watches(&coordinationv1.Lease{}, debounced(c.opts.Debounce, func(o client.Object) bool { return o.GetName() == LeaderLease }))
+	b = b.Watches(&coordinationv1.Lease{}, pubTrigger.on(func(o client.Object) bool { return o.GetName() == LeaderLease }))
 	// So are the Maglev lineages the leader persists.
 	if !c.opts.DisableMaglevLineage {
-		b = b.Watches(&corev1.ConfigMap{}, debounced(c.opts.Debounce, nil))
+		b = b.Watches(&corev1.ConfigMap{}, pubTrigger.on(nil))
 	}
 	kickCh := make(chan event.GenericEvent, 1)
 	c.kick = func() {
@@ -340,19 +310,20 @@ func (c *Controller) setup() error {
 		default:
 		}
 	}
-	b = b.WatchesRawSource(source.Channel(kickCh, debounced(c.opts.Debounce, nil)))
+	b = b.WatchesRawSource(source.Channel(kickCh, pubTrigger.on(nil)))
 	if err := b.Complete(pub); err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}
 
 	// The decider runs on the leader only.
 	dec := &decider{c: c, gatewayAPI: hasGatewayAPI}
+	decTrigger := newTrigger(c.opts.Debounce)
 	b = ctrl.NewControllerManagedBy(c.mgr).Named("novaedge-decide").
 		WithOptions(crcontroller.Options{NeedLeaderElection: ptr(true), MaxConcurrentReconciles: 1, SkipNameValidation: ptr(true)})
 	for _, k := range kinds {
-		b = b.Watches(k, debounced(c.opts.Debounce, nil))
+		b = b.Watches(k, decTrigger.on(nil))
 	}
-	b = b.Watches(&coordinationv1.Lease{}, debounced(c.opts.Debounce, nil))
+	b = b.Watches(&coordinationv1.Lease{}, decTrigger.on(nil))
 	if err := b.Complete(dec); err != nil {
 		return fmt.Errorf("decider: %w", err)
 	}
