@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"maps"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,12 +85,11 @@ func (t *trigger) on(filter func(client.Object) bool) handler.EventHandler {
 // statusOnly reports whether an update changed nothing the build reads.
 // The kinds listed keep what they ask for under metadata.generation (a
 // status write does not move it), and the build reads them only through
-// that, their metadata and whether their status says they were accepted
-// (which of two conflicting objects holds what they contest). Their status
-// is otherwise written by the decider itself (conditions, attached-route
-// counts): a run for each such write made every new route among 3000 cost
-// 4 to 9 runs of the publisher and as many of the decider, one after
-// another (perf/controlplane, section 1b). Other kinds' status is input
+// that, their metadata and the part of their status statusRead returns.
+// Their status is otherwise written by the decider itself (conditions,
+// attached-route counts, endpoint counts): a run for each such write made
+// every new route among 3000 cost 4 to 9 runs of the publisher and as
+// many of the decider, one after another (perf/controlplane, section 1b). Other kinds' status is input
 // (a VIP's addresses and nodes, a Service's load-balancer addresses, a
 // Node's conditions), so their updates always count.
 func statusOnly(oldObj, newObj client.Object) bool {
@@ -107,22 +108,22 @@ func statusOnly(oldObj, newObj client.Object) bool {
 	if !sameTime(oldObj.GetDeletionTimestamp(), newObj.GetDeletionTimestamp()) {
 		return false
 	}
-	return accepted(oldObj) == accepted(newObj)
+	return statusRead(oldObj) == statusRead(newObj)
 }
 
-// accepted is what the build reads of a status: whether it says the
-// object was accepted (snapshot's wasAccepted).
-func accepted(o client.Object) bool {
-	var cs []metav1.Condition
+// statusRead is what the build reads of an object's status: whether a
+// route or gateway was accepted (snapshot's wasAccepted), the endpoints
+// the leader found unhealthy for a backend (persistedHealth).
+func statusRead(o client.Object) string {
 	switch o := o.(type) {
 	case *v1alpha1.ProxyRoute:
-		cs = o.Status.Conditions
+		return strconv.FormatBool(meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionAccepted))
 	case *v1alpha1.ProxyGateway:
-		cs = o.Status.Conditions
-	default:
-		return false
+		return strconv.FormatBool(meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionAccepted))
+	case *v1alpha1.ProxyBackend:
+		return strings.Join(o.Status.UnhealthyEndpoints, "\n")
 	}
-	return meta.IsStatusConditionTrue(cs, v1alpha1.ConditionAccepted)
+	return ""
 }
 
 func sameTime(a, b *metav1.Time) bool {

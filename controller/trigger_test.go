@@ -58,6 +58,13 @@ func TestStatusOnly(t *testing.T) {
 		{"Ingress: status only",
 			&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Generation: 1}},
 			&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: networkingv1.IngressStatus{LoadBalancer: networkingv1.IngressLoadBalancerStatus{Ingress: []networkingv1.IngressLoadBalancerIngress{{IP: "192.0.2.1"}}}}}, true},
+		{"backend: endpoint counts only",
+			&v1alpha1.ProxyBackend{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: v1alpha1.ProxyBackendStatus{Endpoints: 2, HealthyEndpoints: 2}},
+			&v1alpha1.ProxyBackend{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: v1alpha1.ProxyBackendStatus{Endpoints: 3, HealthyEndpoints: 3}}, true},
+		// The leader's health verdicts are input (persistedHealth).
+		{"backend: an endpoint found unhealthy",
+			&v1alpha1.ProxyBackend{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: v1alpha1.ProxyBackendStatus{Endpoints: 2, HealthyEndpoints: 2}},
+			&v1alpha1.ProxyBackend{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: v1alpha1.ProxyBackendStatus{Endpoints: 2, HealthyEndpoints: 1, UnhealthyEndpoints: []string{"10.0.0.1:80"}}}, false},
 		// Their status is input: the leader's decisions, the load
 		// balancer's addresses.
 		{"VIP: status", &v1alpha1.ProxyVIP{ObjectMeta: metav1.ObjectMeta{Generation: 1}},
