@@ -69,7 +69,9 @@ type FileSource struct {
 	// Settle is how long Watch waits after the last event when every
 	// file written has been closed or renamed into place (an atomic save,
 	// a ConfigMap update), so that a burst of such events is reported
-	// once. Zero means 20ms; at most Debounce.
+	// once. Zero means 20ms; at most Debounce. A burst that begins with
+	// a file renamed into place after a quiet Debounce is reported as soon
+	// as Watch has built it, without waiting Settle (see Watch).
 	Settle time.Duration
 	// ProbeFailures, when set, returns the endpoints ("address:port") this
 	// agent's active health checks find failing now: they are built into
@@ -264,6 +266,14 @@ func (s *FileSource) build(p *parsed, failing []string) Candidate {
 // into place, else Debounce after the last write (see burst). While such a
 // burst settles, Watch loads the files itself, so that the caller's Load
 // after changed finds them built.
+//
+// A file renamed into place after a quiet Debounce is reported as soon as
+// that load is done, as Envoy applies a file moved over its configuration:
+// the rename is atomic, so the bytes read are a finished save, and an
+// edit, a deploy or a ConfigMap update then serves without the Settle
+// wait. Events during that load make it an ordinary burst. A tool that
+// replaces several files one rename at a time has each rename served in
+// turn, as before whenever the renames were further apart than Settle.
 // Without Paths there is nothing to watch and Watch waits for ctx.
 func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -335,6 +345,11 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 	// wrong answer: the caller's Load sees other bytes and builds them.
 	prefetched := make(chan struct{}, 1)
 	prefetching, again := false, false
+	// lead: the burst under way began with a rename into place after a
+	// quiet Debounce and has had no other event, so it is reported once
+	// its prefetch is built. lastEvent is when the last event came.
+	lead := false
+	var lastEvent time.Time
 	prefetch := func() {
 		if s.HoldFiles || len(b.writing) > 0 {
 			return // what is read now is not what will be served
@@ -360,13 +375,19 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 			return nil
 		case <-prefetched:
 			prefetching = false
-			if again {
+			switch {
+			case again:
 				// Events came during it: read again, unless the burst
 				// was reported meanwhile (the caller's Load reads then).
 				again = false
 				if !b.last.IsZero() {
 					prefetch()
 				}
+			case lead && !b.last.IsZero():
+				lead = false
+				b.reset()
+				timer.Stop()
+				changed()
 			}
 		case ev, ok := <-w.Events:
 			if !ok {
@@ -377,6 +398,8 @@ func (s *FileSource) Watch(ctx context.Context, changed func()) error {
 				continue
 			}
 			now := time.Now()
+			lead = b.last.IsZero() && ev.Op == fswatch.Moved && now.Sub(lastEvent) >= b.debounce && !s.HoldFiles
+			lastEvent = now
 			b.add(now, ev)
 			timer.Reset(b.due().Sub(now))
 			prefetch()

@@ -302,8 +302,10 @@ func TestWatchConfigMapSwap(t *testing.T) {
 // TestWatchPrefetches: while a burst of complete files settles, Watch
 // builds them, so the Load made once the burst is reported returns that
 // candidate without building again; a file still open for writing is not
-// read. The settle is an hour, so no report comes during the test and only
-// Watch's own Load can have built what Load returns.
+// read. The settle is an hour, so the only report during the test is the
+// one for the first save, a rename after a quiet spell (which Watch makes
+// once its own Load has built it), and only Watch's Load can have built
+// what Load returns.
 func TestWatchPrefetches(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "standalone.yaml")
@@ -337,6 +339,11 @@ func TestWatchPrefetches(t *testing.T) {
 	if built.GetContentHash() == first.Snapshot.GetContentHash() {
 		t.Fatal("the build after the save has the old content")
 	}
+	select {
+	case <-changes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a rename after a quiet spell was not reported once built")
+	}
 	if got := src.Load(); got.Snapshot != built {
 		t.Error("Load built the saved files again instead of returning what Watch built")
 	}
@@ -367,5 +374,53 @@ func TestWatchPrefetches(t *testing.T) {
 	case <-changes:
 		t.Fatal("a change was reported before the hour-long settle")
 	default:
+	}
+}
+
+// TestWatchLeads: a file renamed into place after a quiet spell is reported
+// as soon as Watch has built it, without the settle (an hour here, so the
+// report can come from nothing else), and Load then returns that build. A
+// rename soon after it, within the debounce, starts an ordinary burst: it
+// is built but waits out the settle.
+func TestWatchLeads(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "standalone.yaml")
+	writeConfig(t, path)
+	src := &FileSource{Paths: []string{path}, Node: snapshot.Node{Name: "node-a"}, Debounce: time.Hour, Settle: time.Hour}
+	first := src.Load()
+	changes := watch(t, src)
+	<-changes // the report when the watches are set
+
+	writeConfig(t, path, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck")
+	select {
+	case <-changes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a rename after a quiet spell was not reported before the settle")
+	}
+	saved := src.Load()
+	if saved.Snapshot.GetContentHash() == first.Snapshot.GetContentHash() {
+		t.Fatal("Load after the report returns the configuration before the save")
+	}
+
+	writeConfig(t, path)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		src.mu.Lock()
+		built := src.last.Snapshot
+		src.mu.Unlock()
+		if built.GetContentHash() == first.Snapshot.GetContentHash() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second save was not built while its burst settles")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A negative check: the second save came within the debounce of the
+	// first, so its report waits for the hour-long settle.
+	select {
+	case <-changes:
+		t.Fatal("a rename within the debounce of the last event was reported before the settle")
+	case <-time.After(300 * time.Millisecond):
 	}
 }

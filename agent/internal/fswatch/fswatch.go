@@ -28,14 +28,19 @@ const (
 	// Writing: the file was created or written to and may be written
 	// further (IN_CREATE, IN_MODIFY).
 	Writing Op = iota + 1
-	// Complete: a writer closed the file, or a file was renamed into
-	// place (IN_CLOSE_WRITE, IN_MOVED_TO), or a directory was created.
+	// Complete: a writer closed the file (IN_CLOSE_WRITE), or a directory
+	// was created.
 	Complete
 	// Gone: the name was removed or renamed away (IN_DELETE, IN_MOVED_FROM).
 	Gone
 	// Overflow: the kernel's queue overflowed and events were lost
 	// (IN_Q_OVERFLOW; Name is empty).
 	Overflow
+	// Moved: a name was renamed into place (IN_MOVED_TO), complete like
+	// Complete, and in one step: an atomic save, or a ConfigMap volume's
+	// "..data" link swapped. A reader sees the old bytes or the new ones,
+	// never a mix, so a watcher may act on it at once.
+	Moved
 )
 
 func (o Op) String() string {
@@ -48,6 +53,8 @@ func (o Op) String() string {
 		return "gone"
 	case Overflow:
 		return "overflow"
+	case Moved:
+		return "moved"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -187,7 +194,9 @@ func (w *Watcher) event(wd int32, m uint32, name string) (Event, bool) {
 	}
 	ev := Event{Name: dir + string(os.PathSeparator) + name}
 	switch {
-	case m&(unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO) != 0:
+	case m&unix.IN_MOVED_TO != 0:
+		ev.Op = Moved
+	case m&unix.IN_CLOSE_WRITE != 0:
 		ev.Op = Complete
 	case m&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0:
 		ev.Op = Gone

@@ -93,7 +93,7 @@ func TestEvents(t *testing.T) {
 			},
 			want: func(dir string) []Event {
 				tmp, a := filepath.Join(dir, ".a.yaml.tmp"), filepath.Join(dir, "a.yaml")
-				return []Event{{tmp, Complete}, {tmp, Gone}, {a, Complete}}
+				return []Event{{tmp, Complete}, {tmp, Gone}, {a, Moved}}
 			},
 			// The target itself is never written in place.
 			never: func(dir string) []Event { return []Event{{filepath.Join(dir, "a.yaml"), Writing}} },
@@ -128,7 +128,7 @@ func TestEvents(t *testing.T) {
 			},
 			want: func(dir string) []Event {
 				return []Event{{filepath.Join(dir, "..2026_11_29"), Complete}, {filepath.Join(dir, "..data_tmp"), Writing},
-					{filepath.Join(dir, "..data_tmp"), Gone}, {filepath.Join(dir, "..data"), Complete}}
+					{filepath.Join(dir, "..data_tmp"), Gone}, {filepath.Join(dir, "..data"), Moved}}
 			},
 		},
 	} {
