@@ -3,7 +3,6 @@ package agent
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/novaedge/novaedge/agent/internal/fswatch"
 	"github.com/novaedge/novaedge/diag"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/internal/digest"
 	"github.com/novaedge/novaedge/loader"
 	"github.com/novaedge/novaedge/manifest"
 	"github.com/novaedge/novaedge/snapshot"
@@ -90,7 +90,7 @@ type FileSource struct {
 	// (prefetch) while a burst settles.
 	loadMu  sync.Mutex
 	mu      sync.Mutex
-	lastSum [sha256.Size]byte
+	lastSum digest.Sum
 	last    *Candidate
 	// failing is the probe failure set of the last Load, joined.
 	failing string
@@ -197,28 +197,26 @@ func (s *FileSource) WatchProbes(ctx context.Context, changed func()) error {
 
 // fingerprint hashes the names and contents of the files Load reads; false
 // when they cannot all be read (Load then reports why).
-func (s *FileSource) fingerprint(failing []string) ([sha256.Size]byte, bool) {
-	h := sha256.New()
+func (s *FileSource) fingerprint(failing []string) (digest.Sum, bool) {
+	h := digest.New()
 	_, _ = fmt.Fprintf(h, "%q\x00", failing)
 	if len(s.Paths) == 0 {
-		h.Write(s.Default)
+		_, _ = h.Write(s.Default)
 	} else {
 		files, err := manifest.Files(s.Paths...)
 		if err != nil {
-			return [sha256.Size]byte{}, false
+			return digest.Sum{}, false
 		}
 		for _, f := range files {
 			data, err := os.ReadFile(f)
 			if err != nil {
-				return [sha256.Size]byte{}, false
+				return digest.Sum{}, false
 			}
 			_, _ = fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
-			h.Write(data)
+			_, _ = h.Write(data)
 		}
 	}
-	var sum [sha256.Size]byte
-	copy(sum[:], h.Sum(nil))
-	return sum, true
+	return h.Sum(), true
 }
 
 func (s *FileSource) load(failing []string) Candidate {

@@ -87,6 +87,7 @@ func Load(paths ...string) (*Result, diag.List) {
 	// The last load's size is this one's best guess: growing maps of
 	// thousands of documents rehashed them several times.
 	res := newResult()
+	reserved := reserve(res.Input, cache, rest)
 	res.docs = make(map[diag.Ref]manifest.Document, len(cache))
 	seen := make(map[identity]manifest.Document, len(cache))
 	next := make(chunkCache, len(cache))
@@ -112,7 +113,39 @@ func Load(paths ...string) (*Result, diag.List) {
 		return cr.diags
 	})
 	keepChunks(next)
+	for _, spec := range reserved {
+		spec.codec.unreserve(res.Input)
+	}
 	return res, append(diags, more...)
+}
+
+// reserve makes room in in for as many objects of each kind as the last
+// load kept (cache), or as rest holds when the chunks were put to rest,
+// and returns the kinds it made room for.
+func reserve(in *snapshot.Input, cache chunkCache, rest restCache) []*kindSpec {
+	counts := map[*kindSpec]int{}
+	for _, cr := range cache {
+		for i := range cr.docs {
+			if cr.docs[i].add != nil {
+				counts[cr.docs[i].spec]++
+			}
+		}
+	}
+	if len(cache) == 0 {
+		for _, docs := range rest {
+			for i := range docs {
+				counts[docs[i].spec]++
+			}
+		}
+	}
+	var specs []*kindSpec
+	for spec, n := range counts {
+		if spec != nil {
+			spec.codec.reserve(in, n)
+			specs = append(specs, spec)
+		}
+	}
+	return specs
 }
 
 func newResult() *Result {
@@ -219,7 +252,7 @@ func check(v *schema.Validator, doc manifest.Document) checked {
 		c.diags = diags
 		return c
 	}
-	dec := spec.decode(raw)
+	dec := spec.codec.decode(raw)
 	for _, e := range dec.strict {
 		f, msg := unknownField(e)
 		diags = append(diags, diag.Diagnostic{Severity: diag.Error, Resource: ref, Field: f, Message: msg, Pos: doc.Position(f)})

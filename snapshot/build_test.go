@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
+	"github.com/novaedge/novaedge/diag"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
@@ -252,14 +253,43 @@ func TestBuildDoesNotModifyInput(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			in := readInput(t, f)
 			before := readInput(t, f)
+			// Room past the end of the slices translators append to,
+			// holding a marker: an append must not write there either.
+			for _, in := range []*Input{in, before} {
+				in.Gateways = append(in.Gateways, v1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Name: "marker"}})[:len(in.Gateways)]
+				in.Routes = append(in.Routes, v1alpha1.ProxyRoute{ObjectMeta: metav1.ObjectMeta{Name: "marker"}})[:len(in.Routes)]
+				in.Backends = append(in.Backends, v1alpha1.ProxyBackend{ObjectMeta: metav1.ObjectMeta{Name: "marker"}})[:len(in.Backends)]
+			}
 			for _, node := range []string{"n", "node-a", "edge-1"} {
 				Build(in, Options{Node: Node{Name: node}})
+				Build(in, Options{Node: Node{Name: node}, Translators: []Translator{appender{}}})
 			}
 			if diff := cmp.Diff(before, in); diff != "" {
 				t.Errorf("Build modified its input:\n%s", diff)
 			}
+			for kind, name := range map[string]string{
+				"gateways": in.Gateways[:len(in.Gateways)+1][len(in.Gateways)].Name,
+				"routes":   in.Routes[:len(in.Routes)+1][len(in.Routes)].Name,
+				"backends": in.Backends[:len(in.Backends)+1][len(in.Backends)].Name,
+			} {
+				if name != "marker" {
+					t.Errorf("Build wrote past the end of the input's %s: %q", kind, name)
+				}
+			}
 		})
 	}
+}
+
+// appender is a translator that adds a gateway, a route and a backend, as
+// a translation of Ingress or Gateway API objects does.
+type appender struct{}
+
+func (appender) Name() string { return "appender" }
+
+func (appender) Translate(in *Input, _ *diag.List) {
+	in.Gateways = append(in.Gateways, v1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Name: "translated", Namespace: "default"}})
+	in.Routes = append(in.Routes, v1alpha1.ProxyRoute{ObjectMeta: metav1.ObjectMeta{Name: "translated", Namespace: "default"}})
+	in.Backends = append(in.Backends, v1alpha1.ProxyBackend{ObjectMeta: metav1.ObjectMeta{Name: "translated", Namespace: "default"}})
 }
 
 func TestBuildEmptyAndNil(t *testing.T) {
