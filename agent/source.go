@@ -88,7 +88,11 @@ type FileSource struct {
 
 	// loadMu makes Loads one at a time: Watch starts one of its own
 	// (prefetch) while a burst settles.
-	loadMu  sync.Mutex
+	loadMu sync.Mutex
+	// memo carries the routes of one build into the next: the loader
+	// gives a document whose bytes did not change as the same object, so
+	// only changed routes are built again.
+	memo    snapshot.Memo
 	mu      sync.Mutex
 	lastSum digest.Sum
 	last    *Candidate
@@ -245,7 +249,7 @@ func (s *FileSource) build(p *parsed, failing []string) Candidate {
 		}
 		probeFailures[e] = true
 	}
-	snap, built := snapshot.Build(p.res.Input, snapshot.Options{Node: s.Node, ProbeFailures: probeFailures})
+	snap, built := snapshot.Build(p.res.Input, snapshot.Options{Node: s.Node, ProbeFailures: probeFailures, Memo: &s.memo})
 	p.res.Locate(built)
 	diags := append(slices.Clone(p.diags), built...)
 	diags.Sort()

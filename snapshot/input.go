@@ -109,6 +109,11 @@ type Options struct {
 	// mode, so the fast path stops sending to them and a VIP left without
 	// a healthy backend is withdrawn.
 	ProbeFailures map[string]bool
+	// Memo, when set, carries the routes this build makes into the next
+	// build with the same Memo, which takes those that did not change
+	// instead of building them again (see Memo for what that requires of
+	// the Input's objects).
+	Memo *Memo
 }
 
 // Translator turns foreign objects of Input (Ingress, Gateway API) into

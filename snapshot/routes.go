@@ -49,6 +49,14 @@ func (b *builder) buildRoute(rt *v1alpha1.ProxyRoute) {
 	if len(atts) == 0 {
 		return
 	}
+	if out := b.recall(rt, ns, routePolicies, atts); out != nil {
+		b.routes = append(b.routes, out)
+		for _, a := range atts {
+			attach(out, a.l)
+		}
+		return
+	}
+	clean := len(b.diags)
 
 	// HTTP form of the rules, built once; L4 forms per kind below.
 	var httpRoute *pb.Route
@@ -89,6 +97,9 @@ func (b *builder) buildRoute(rt *v1alpha1.ProxyRoute) {
 			b.routes = append(b.routes, out)
 		}
 		attach(out, a.l)
+	}
+	if httpRoute != nil && len(l4) == 0 && len(b.diags) == clean {
+		b.remember(rt, ns, routePolicies, httpRoute)
 	}
 }
 
