@@ -203,7 +203,7 @@ func (s *FileSource) WatchProbes(ctx context.Context, changed func()) error {
 // when they cannot all be read (Load then reports why).
 func (s *FileSource) fingerprint(failing []string) (digest.Sum, bool) {
 	h := digest.New()
-	_, _ = fmt.Fprintf(h, "%q\x00", failing)
+	_, _ = fmt.Fprintf(h, "%q", failing)
 	if len(s.Paths) == 0 {
 		_, _ = h.Write(s.Default)
 	} else {
@@ -216,7 +216,7 @@ func (s *FileSource) fingerprint(failing []string) (digest.Sum, bool) {
 			if err != nil {
 				return digest.Sum{}, false
 			}
-			_, _ = fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+			_, _ = h.WriteString(f)
 			_, _ = h.Write(data)
 		}
 	}

@@ -37,7 +37,6 @@ type chunkDoc struct {
 func chunkKey(c manifest.Chunk) digest.Sum {
 	h := digest.New()
 	_, _ = h.WriteString(c.File())
-	_, _ = h.Write([]byte{0})
 	_, _ = h.Write(c.Data())
 	return h.Sum()
 }
