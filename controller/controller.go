@@ -37,6 +37,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
+	"github.com/novaedge/novaedge/snapshot"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
 )
 
@@ -104,6 +105,10 @@ type Controller struct {
 	now      func() time.Time
 	// lineageDecoder keeps the decoded Maglev lineage ConfigMaps.
 	lineageDecoder lineageDecoder
+	// specs and memo let a build take the routes that did not change
+	// since the last build from it (snapshot.Memo).
+	specs specCache
+	memo  snapshot.Memo
 }
 
 // Scheme is the runtime scheme of every kind the controller reads.

@@ -37,6 +37,7 @@ func (c *Controller) world(ctx context.Context, gatewayAPI bool) (*world, error)
 	if err != nil {
 		return nil, err
 	}
+	c.specs.stabilize(w.in.Routes)
 	if err := c.readPersistedLineages(ctx, w); err != nil {
 		return nil, err
 	}

@@ -80,6 +80,7 @@ func (c *Controller) buildOptions(node string, labels map[string]string) snapsho
 		Node:                  snapshot.Node{Name: node, Labels: labels},
 		ClusterComplete:       true,
 		SkipClasslessServices: !c.opts.ServeClasslessServices,
+		Memo:                  &c.memo,
 	}
 }
 
