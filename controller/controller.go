@@ -37,8 +37,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
-	"github.com/novaedge/novaedge/snapshot"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
+	"github.com/novaedge/novaedge/snapshot"
 )
 
 // LeaderLease is the name of the leader-election Lease in the controller's
