@@ -26,6 +26,10 @@ import (
 // 1.3 s).
 var validatorHold = 30 * time.Second
 
+// Hold is how long Load keeps what it made of the documents after its
+// last use: after that, the objects of a next Load are new ones.
+func Hold() time.Duration { return validatorHold }
+
 var held struct {
 	mu  sync.Mutex
 	v   *schema.Validator

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/novaedge/novaedge/api/v1alpha1"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
@@ -33,6 +34,13 @@ import (
 // built snapshot. A Memo holds only what the last build used or made. It
 // may be shared by builds of different inputs and nodes (one at a time).
 type Memo struct {
+	// Hold, when not zero, is how long the memo keeps what the last build
+	// used or made: after Hold without a build it lets go of it, so a
+	// process at rest does not keep the routes' objects for a next build
+	// that may never come (the standalone agent's loader drops its own
+	// after a quiet spell, which makes the memo's useless anyway).
+	Hold time.Duration
+
 	mu sync.Mutex
 	// last is what the last build used or made; next is being filled by
 	// the build under way. Keyed by the address of the route's first
@@ -43,6 +51,9 @@ type Memo struct {
 	// content hash (routeRecord).
 	routes   map[*pb.Route]*memoRoute
 	recalled int // routes taken from the memo, for tests
+	// lastBuild and timer serve Hold.
+	lastBuild time.Time
+	timer     *time.Timer
 }
 
 type memoRoute struct {
@@ -67,7 +78,25 @@ func (m *Memo) begin() {
 
 func (m *Memo) end() {
 	m.last, m.next, m.routes = m.next, nil, nil
+	if m.Hold > 0 {
+		m.lastBuild = time.Now()
+		if m.timer == nil {
+			m.timer = time.AfterFunc(m.Hold, m.release)
+		}
+	}
 	m.mu.Unlock()
+}
+
+// release lets go of what the last build left once Hold has passed since
+// it, or waits for the rest of Hold.
+func (m *Memo) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if left := m.Hold - time.Since(m.lastBuild); left > 0 {
+		m.timer.Reset(left)
+		return
+	}
+	m.last, m.timer = nil, nil
 }
 
 // keep puts e in the next generation.

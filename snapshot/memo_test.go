@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -226,5 +227,40 @@ func TestWriteClusterIsMarshal(t *testing.T) {
 		if s.GetContentHash() != ContentHash(s) {
 			t.Errorf("%s: Build's content hash %s, ContentHash %s", name, s.GetContentHash(), ContentHash(s))
 		}
+	}
+}
+
+// TestMemoHold: a Memo with Hold lets go of what the last build left once
+// Hold passed without a build, and keeps it while builds come sooner.
+func TestMemoHold(t *testing.T) {
+	in := parseInput(t, "scale", []byte(scaleYAML(10, 1)))
+	m := &Memo{Hold: time.Second}
+	held := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.last)
+	}
+	for range 5 {
+		Build(in, Options{Node: Node{Name: "n"}, Memo: m})
+		if held() != 10 {
+			t.Fatalf("the memo holds %d routes right after a build of 10", held())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m.recalled != 40 {
+		t.Fatalf("%d routes taken from the memo in 4 builds of 10 within its Hold", m.recalled)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for held() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the memo still holds its routes 10 s after its 1 s Hold")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m.recalled = 0
+	Build(in, Options{Node: Node{Name: "n"}, Memo: m})
+	Build(in, Options{Node: Node{Name: "n"}, Memo: m})
+	if m.recalled != 10 {
+		t.Fatalf("after the memo let go, a build took %d routes from the next", m.recalled)
 	}
 }
