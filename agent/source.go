@@ -96,7 +96,7 @@ type FileSource struct {
 	// returns the memory freed to the system (which the memo's hold on
 	// the routes' rules would otherwise keep: 12 MB with 5000 routes),
 	// after which it would find none of them again.
-	memo snapshot.Memo
+	memo    snapshot.Memo
 	mu      sync.Mutex
 	lastSum digest.Sum
 	last    *Candidate
