@@ -38,6 +38,7 @@ func GRPCServerOptions(tlsConfig *tls.Config) []grpc.ServerOption {
 		grpc.MaxSendMsgSize(MaxMessageSize),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: serverPingInterval, Timeout: pingTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minClientPingGap, PermitWithoutStream: true}),
+		grpc.ForceServerCodecV2(newSharedCodec()),
 	}
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
