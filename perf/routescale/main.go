@@ -68,7 +68,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered. The new file is written under another name and renamed into place, an atomic save, so the watcher waits its settle, not the debounce it keeps for files still open for writing, and loads the files while the settle runs; the load checks only the documents whose bytes changed.\n\nIn a burst of edits, %s apart (%d times), while the loader holds what it made of every document:\n\n%s\n\n", *gap, *reps, e2e)
+		fmt.Fprintf(&b, "## Time until a new route serves, 3000 routes, standalone agent end to end\n\nWrite the YAML file with one more ProxyRoute until the first request with its Host is answered. The new file is written under another name and renamed into place, an atomic save: the edits come more than the watcher's debounce apart, so each rename is served as soon as the watcher has loaded and built it, without its settle (not the debounce it keeps for files still open for writing); the load checks only the documents whose bytes changed, and the build takes every route that did not change from the last build (snapshot.Memo).\n\nIn a burst of edits, %s apart (%d times), while the loader holds what it made of every document:\n\n%s\n\n", *gap, *reps, e2e)
 		log.Print("standalone, burst: ", e2e)
 		if *quietReps > 0 {
 			quiet, err := standalone(*agent, backend.Listener.Addr().String(), 3000, *quietReps, quietGap, "")
