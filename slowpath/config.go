@@ -133,6 +133,15 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 		}
 	}
 
+	// The routers in service, by listener: a router compiles only the
+	// routes it was not given before (router.CompileFrom).
+	prevRouters := map[string]*router.Router{}
+	if cur := p.cfg.Load(); cur != nil {
+		for _, ln := range cur.listeners {
+			prevRouters[ln.name] = ln.router
+		}
+	}
+
 	slowL4 := map[string]bool{}
 	for _, e := range c.GetPlan() {
 		if e.GetPath() == pb.DataPath_DATA_PATH_SLOW || p.opts.ServeFastPlan {
@@ -164,7 +173,7 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 			}
 			continue
 		}
-		ln, err := p.compileListener(l, c.GetRoutes(), store, sslRedirect[l.GetGateway()])
+		ln, err := p.compileListener(l, c.GetRoutes(), store, sslRedirect[l.GetGateway()], prevRouters[l.GetName()])
 		if err == nil && l.GetProtocol() == pb.Protocol_PROTOCOL_HTTPS {
 			if port, ok := h3[l.GetGateway()]; ok {
 				ln.altSvc = fmt.Sprintf(`h3=":%d"; ma=86400`, port)
@@ -216,8 +225,8 @@ func (p *Proxy) compile(snap *pb.ConfigSnapshot) (*Config, error) {
 	return cfg, nil
 }
 
-func (p *Proxy) compileListener(l *pb.Listener, routes []*pb.Route, store *certs.Store, ssl *pb.Listener) (*listener, error) {
-	rt, err := router.Compile(l, routes)
+func (p *Proxy) compileListener(l *pb.Listener, routes []*pb.Route, store *certs.Store, ssl *pb.Listener, prev *router.Router) (*listener, error) {
+	rt, err := router.CompileFrom(prev, l, routes)
 	if err != nil {
 		return nil, err
 	}

@@ -88,3 +88,28 @@ func BenchmarkCompile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompileFrom: compile time of the listener of BenchmarkCompile
+// from its router before, with one route added or removed, as the standalone
+// agent compiles after an edit (its build keeps the unchanged routes).
+func BenchmarkCompileFrom(b *testing.B) {
+	routes := manyRoutes(3001, false)
+	fewer := routes[:3000:3000]
+	l := listener()
+	prev, err := Compile(l, routes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		rs := routes
+		if i%2 == 1 {
+			rs = fewer
+		}
+		if prev, err = CompileFrom(prev, l, rs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -25,6 +25,8 @@ type compiler struct {
 	rules    []Rule
 	entries  []entry
 	backends []Backend
+	compiled []compiledRoute
+	hosts    []string
 }
 
 // take returns the next n elements of *store, with room for no more. It
@@ -40,13 +42,20 @@ func take[T any](store *[]T, n int) []T {
 }
 
 // size makes room in the compiler's storage for the rules, matches and
-// backends of the routes attached to l.
-func (c *compiler) size(l *pb.Listener, routes []*pb.Route) {
-	var rules, entries, backends int
+// backends of the routes attached to l, but only for the entries of those
+// compiled already (done): their rules stay where they were made.
+func (c *compiler) size(l *pb.Listener, routes []*pb.Route, done map[*pb.Route]*compiledRoute) {
+	var rules, entries, backends, compiled, hosts int
 	for _, r := range routes {
 		if !attached(r, l) {
 			continue
 		}
+		if cr := done[r]; cr != nil {
+			entries += len(cr.entries)
+			continue
+		}
+		compiled++
+		hosts += len(r.GetHostnames())
 		rules += len(r.GetRules())
 		for _, pr := range r.GetRules() {
 			entries += max(len(pr.GetMatches()), 1)
@@ -56,6 +65,8 @@ func (c *compiler) size(l *pb.Listener, routes []*pb.Route) {
 	c.rules = make([]Rule, 0, rules)
 	c.entries = make([]entry, 0, entries)
 	c.backends = make([]Backend, 0, backends)
+	c.compiled = make([]compiledRoute, 0, compiled)
+	c.hosts = make([]string, 0, hosts)
 }
 
 // ruleErrs collects the errors of one rule.
