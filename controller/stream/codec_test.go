@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -69,23 +71,7 @@ func TestSharedCodec(t *testing.T) {
 // nodes sharing its cluster part, as the publisher sends a change: with
 // gRPC's proto codec ("stock") and with sharedCodec.
 func BenchmarkSharedCodec(b *testing.B) {
-	cluster := &pb.ClusterConfig{Listeners: []*pb.Listener{{Name: "bench/gw00/http", Port: 8000}}}
-	for i := range 3000 {
-		name := fmt.Sprintf("bench/r%05d", i)
-		cluster.Routes = append(cluster.Routes, &pb.Route{
-			Name: name, Kind: pb.RouteKind_ROUTE_KIND_HTTP, Source: "ProxyRoute/" + name,
-			Hostnames: []string{fmt.Sprintf("r%d.bench.test", i)}, Listeners: []string{"bench/gw00/http"},
-			Rules: []*pb.RouteRule{{
-				Matches: []*pb.RouteMatch{
-					{Path: &pb.StringMatch{Type: pb.MatchType_MATCH_TYPE_PREFIX, Value: "/api"}},
-					{Path: &pb.StringMatch{Type: pb.MatchType_MATCH_TYPE_EXACT, Value: "/"}},
-				},
-				Backends: []*pb.WeightedBackend{{Backend: "bench/be", Weight: 1}},
-				Timeouts: &pb.RouteTimeouts{IdleMs: 3600000},
-			}},
-		})
-		cluster.Listeners[0].Routes = append(cluster.Listeners[0].Routes, name)
-	}
+	cluster := benchCluster(3000)
 	msgs := make([]*pb.ControllerMessage, 10)
 	for i := range msgs {
 		msgs[i] = &pb.ControllerMessage{Message: &pb.ControllerMessage_Snapshot{Snapshot: &pb.ConfigSnapshot{
@@ -112,4 +98,156 @@ func BenchmarkSharedCodec(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestReuseCodec: the agent's codec decodes what the server's codec and
+// the stock one encode to the message sent; a route whose encoding is one
+// of the last snapshot's is the route decoded then, and the others are
+// new; other and malformed messages are the stock decoder's.
+func TestReuseCodec(t *testing.T) {
+	mkRoute := func(name, host string) *pb.Route {
+		return &pb.Route{Name: name, Kind: pb.RouteKind_ROUTE_KIND_HTTP, Hostnames: []string{host}, Listeners: []string{"gw/http"},
+			Rules: []*pb.RouteRule{{Backends: []*pb.WeightedBackend{{Backend: "default/web", Weight: 1}}}}}
+	}
+	first := &pb.ClusterConfig{
+		Routes:    []*pb.Route{mkRoute("default/a", "a.example.com"), mkRoute("default/b", "b.example.com"), mkRoute("default/c", "c.example.com")},
+		Listeners: []*pb.Listener{{Name: "gw/http", Port: 80}},
+	}
+	second := proto.Clone(first).(*pb.ClusterConfig)
+	second.Routes[1].Hostnames = []string{"b2.example.com"}                            // changed
+	second.Routes = append(second.Routes[:2:2], mkRoute("default/d", "d.example.com")) // c removed, d added
+	msg := func(c *pb.ClusterConfig) *pb.ControllerMessage {
+		return &pb.ControllerMessage{Message: &pb.ControllerMessage_Snapshot{Snapshot: &pb.ConfigSnapshot{
+			Version: 3, ContentHash: "h", Cluster: c, Node: &pb.NodeConfig{NodeName: "node-a"}}}}
+	}
+	stock := encoding.GetCodecV2(protocodec.Name)
+	decode := func(t *testing.T, c *reuseCodec, data mem.BufferSlice) *pb.ControllerMessage {
+		t.Helper()
+		var got pb.ControllerMessage
+		if err := c.Unmarshal(data, &got); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		return &got
+	}
+	for _, enc := range []struct {
+		name  string
+		codec encoding.CodecV2
+	}{{"server codec", newSharedCodec()}, {"stock codec", stock}} {
+		t.Run(enc.name, func(t *testing.T) {
+			c := newReuseCodec()
+			var before *pb.ControllerMessage
+			for i, cl := range []*pb.ClusterConfig{first, second} {
+				data, err := enc.codec.Marshal(msg(cl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := decode(t, c, data)
+				if diff := cmp.Diff(msg(cl), got, protocmp.Transform()); diff != "" {
+					t.Fatalf("snapshot %d decoded differs (-sent +decoded):\n%s", i, diff)
+				}
+				if before != nil {
+					prev, now := before.GetSnapshot().GetCluster().GetRoutes(), got.GetSnapshot().GetCluster().GetRoutes()
+					if now[0] != prev[0] {
+						t.Error("the unchanged route a was decoded again")
+					}
+					if now[1] == prev[1] || now[2] == prev[2] {
+						t.Error("a changed or new route is the last snapshot's")
+					}
+					if c.reused != 1 {
+						t.Errorf("%d routes reused, want 1", c.reused)
+					}
+				}
+				before = got
+			}
+		})
+	}
+
+	c := newReuseCodec()
+	keepalive := &pb.ControllerMessage{Message: &pb.ControllerMessage_Keepalive{Keepalive: &pb.Keepalive{}}}
+	data, err := stock.Marshal(keepalive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decode(t, c, data); !proto.Equal(got, keepalive) {
+		t.Errorf("a keepalive decoded as %v", got)
+	}
+
+	// A snapshot with its cluster part in two records, which protobuf
+	// merges: the stock decoder's result.
+	one, _ := proto.Marshal(&pb.ConfigSnapshot{Version: 4, Cluster: &pb.ClusterConfig{Routes: first.Routes[:1]}})
+	two, _ := proto.Marshal(&pb.ConfigSnapshot{Cluster: &pb.ClusterConfig{Routes: first.Routes[1:]}})
+	split := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), append(one, two...))
+	var want pb.ControllerMessage
+	if err := proto.Unmarshal(split, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got := decode(t, c, mem.BufferSlice{mem.SliceBuffer(split)}); !proto.Equal(got, &want) || len(got.GetSnapshot().GetCluster().GetRoutes()) != 3 {
+		t.Errorf("a cluster part in two records decoded as %v", got)
+	}
+
+	full, err := stock.Marshal(msg(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := full.Materialize()
+	var got pb.ControllerMessage
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw[:len(raw)-5])}, &got); err == nil {
+		t.Error("a truncated snapshot decoded without an error")
+	}
+}
+
+// BenchmarkReuseCodec decodes a snapshot of 3000 routes of which one
+// changed since the last, as an agent does on a change: with gRPC's proto
+// codec ("stock") and with reuseCodec.
+func BenchmarkReuseCodec(b *testing.B) {
+	msgs := make([]mem.BufferSlice, 2)
+	for i := range msgs {
+		cluster := benchCluster(3000)
+		cluster.Routes[7].Hostnames = []string{fmt.Sprintf("changed-%d.bench.test", i)}
+		data, err := newSharedCodec().Marshal(&pb.ControllerMessage{Message: &pb.ControllerMessage_Snapshot{Snapshot: &pb.ConfigSnapshot{
+			Version: uint64(i), Cluster: cluster, Node: &pb.NodeConfig{NodeName: "node-a"}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs[i] = mem.BufferSlice{mem.SliceBuffer(data.Materialize())}
+	}
+	for _, tc := range []struct {
+		name  string
+		codec encoding.CodecV2
+	}{{"stock", encoding.GetCodecV2(protocodec.Name)}, {"reuse", newReuseCodec()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				var m pb.ControllerMessage
+				if err := tc.codec.Unmarshal(msgs[i%2], &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchCluster is a cluster part of n routes of the shape perf/routescale
+// serves.
+func benchCluster(n int) *pb.ClusterConfig {
+	cluster := &pb.ClusterConfig{Listeners: []*pb.Listener{{Name: "bench/gw00/http", Port: 8000}}}
+	for i := range n {
+		name := fmt.Sprintf("bench/r%05d", i)
+		cluster.Routes = append(cluster.Routes, &pb.Route{
+			Name: name, Kind: pb.RouteKind_ROUTE_KIND_HTTP, Source: "ProxyRoute/" + name,
+			Hostnames: []string{fmt.Sprintf("r%d.bench.test", i)}, Listeners: []string{"bench/gw00/http"},
+			Rules: []*pb.RouteRule{{
+				Matches: []*pb.RouteMatch{
+					{Path: &pb.StringMatch{Type: pb.MatchType_MATCH_TYPE_PREFIX, Value: "/api"}},
+					{Path: &pb.StringMatch{Type: pb.MatchType_MATCH_TYPE_EXACT, Value: "/"}},
+				},
+				Backends: []*pb.WeightedBackend{{Backend: "bench/be", Weight: 1}},
+				Timeouts: &pb.RouteTimeouts{IdleMs: 3600000},
+			}},
+		})
+		cluster.Listeners[0].Routes = append(cluster.Listeners[0].Routes, name)
+	}
+	return cluster
 }

@@ -58,7 +58,8 @@ func DialOptions(tlsConfig *tls.Config) []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize),
+			grpc.ForceCodecV2(newReuseCodec())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPingInterval, Timeout: pingTimeout, PermitWithoutStream: true}),
 	}
 }
