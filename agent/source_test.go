@@ -307,31 +307,11 @@ func TestWatchConfigMapSwap(t *testing.T) {
 // once its own Load has built it), and only Watch's Load can have built
 // what Load returns.
 func TestWatchPrefetches(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "standalone.yaml")
-	writeConfig(t, path)
-	src := &FileSource{Paths: []string{path}, Node: snapshot.Node{Name: "node-a"}, Debounce: time.Hour, Settle: time.Hour}
-	first := src.Load()
-	if first.Diagnostics.HasErrors() {
-		t.Fatalf("the example has errors: %v", first.Diagnostics)
-	}
-	changes := watch(t, src)
-	<-changes // the report when the watches are set
-	cached := func() *pb.ConfigSnapshot {
-		src.mu.Lock()
-		defer src.mu.Unlock()
-		return src.last.Snapshot
-	}
+	src, path, first, changes := watchedExample(t)
+	cached := func() *pb.ConfigSnapshot { return lastBuilt(src) }
 	waitBuilt := func(what string, old *pb.ConfigSnapshot) *pb.ConfigSnapshot {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for cached() == old {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not built while the burst settles", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return cached()
+		return waitBuilt(t, what, src, func(s *pb.ConfigSnapshot) bool { return s != old })
 	}
 
 	writeConfig(t, path, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck")
@@ -383,13 +363,7 @@ func TestWatchPrefetches(t *testing.T) {
 // rename soon after it, within the debounce, starts an ordinary burst: it
 // is built but waits out the settle.
 func TestWatchLeads(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "standalone.yaml")
-	writeConfig(t, path)
-	src := &FileSource{Paths: []string{path}, Node: snapshot.Node{Name: "node-a"}, Debounce: time.Hour, Settle: time.Hour}
-	first := src.Load()
-	changes := watch(t, src)
-	<-changes // the report when the watches are set
+	src, path, first, changes := watchedExample(t)
 
 	writeConfig(t, path, "port: 18082\n  healthCheck", "port: 18083\n  healthCheck")
 	select {
@@ -403,19 +377,9 @@ func TestWatchLeads(t *testing.T) {
 	}
 
 	writeConfig(t, path)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		src.mu.Lock()
-		built := src.last.Snapshot
-		src.mu.Unlock()
-		if built.GetContentHash() == first.Snapshot.GetContentHash() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second save was not built while its burst settles")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitBuilt(t, "the second save", src, func(s *pb.ConfigSnapshot) bool {
+		return s.GetContentHash() == first.Snapshot.GetContentHash()
+	})
 	// A negative check: the second save came within the debounce of the
 	// first, so its report waits for the hour-long settle.
 	select {
@@ -423,4 +387,43 @@ func TestWatchLeads(t *testing.T) {
 		t.Fatal("a rename within the debounce of the last event was reported before the settle")
 	case <-time.After(300 * time.Millisecond):
 	}
+}
+
+// lastBuilt is the snapshot src's last Load built.
+func lastBuilt(src *FileSource) *pb.ConfigSnapshot {
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	return src.last.Snapshot
+}
+
+// waitBuilt waits until src's last build is one done says it is, and
+// returns it; it fails the test after 10 s.
+func waitBuilt(t *testing.T, what string, src *FileSource, done func(*pb.ConfigSnapshot) bool) *pb.ConfigSnapshot {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !done(lastBuilt(src)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not built while the burst settles", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return lastBuilt(src)
+}
+
+// watchedExample writes the standalone example, loads it with a debounce
+// and a settle of an hour, and watches it: it returns the source, the
+// file, the first load and the reports after the one Watch makes when its
+// watches are set.
+func watchedExample(t *testing.T) (*FileSource, string, Candidate, <-chan struct{}) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "standalone.yaml")
+	writeConfig(t, path)
+	src := &FileSource{Paths: []string{path}, Node: snapshot.Node{Name: "node-a"}, Debounce: time.Hour, Settle: time.Hour}
+	first := src.Load()
+	if first.Diagnostics.HasErrors() {
+		t.Fatalf("the example has errors: %v", first.Diagnostics)
+	}
+	changes := watch(t, src)
+	<-changes
+	return src, path, first, changes
 }

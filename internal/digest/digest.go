@@ -56,7 +56,10 @@ func (d *Hash) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteString adds the piece s; it never fails.
+// WriteString adds the piece s; it never fails. It is Write for a string,
+// written out again: one generic body with the two hash functions passed in
+// took 265 ns instead of 117 for a 300-byte document (BenchmarkHash), and
+// the loader hashes thousands of them on every reload.
 func (d *Hash) WriteString(s string) (int, error) {
 	if len(s) < large {
 		_, _ = d.h[0].WriteString(s)
