@@ -33,11 +33,10 @@ type world struct {
 // world gathers everything a build needs from the cache, with the
 // persisted Maglev lineages unless they are off.
 func (c *Controller) world(ctx context.Context, gatewayAPI bool) (*world, error) {
-	w, err := gather(ctx, c.mgr.GetCache(), c.opts.Namespace, gatewayAPI, !c.opts.ServeClasslessServices)
+	w, err := gather(ctx, c.mgr.GetCache(), &c.specs, c.opts.Namespace, gatewayAPI, !c.opts.ServeClasslessServices)
 	if err != nil {
 		return nil, err
 	}
-	c.specs.stabilize(w.in.Routes)
 	if err := c.readPersistedLineages(ctx, w); err != nil {
 		return nil, err
 	}
@@ -48,7 +47,7 @@ func (c *Controller) world(ctx context.Context, gatewayAPI bool) (*world, error)
 // Decisions from what the leader persisted: VIP status addresses and
 // assignments, Service ingress addresses and assignment annotations. The
 // Maglev lineages are read by Controller.world.
-func gather(ctx context.Context, r client.Reader, namespace string, gatewayAPI, skipClassless bool) (*world, error) {
+func gather(ctx context.Context, r client.Reader, specs *specCache, namespace string, gatewayAPI, skipClassless bool) (*world, error) {
 	in := &snapshot.Input{}
 	var (
 		vips     v1alpha1.ProxyVIPList
@@ -71,7 +70,7 @@ func gather(ctx context.Context, r client.Reader, namespace string, gatewayAPI, 
 		opts []client.ListOption
 	}{
 		{"ProxyVIPs", &vips, nil}, {"ProxyIPPools", &pools, nil}, {"ProxyGateways", &gws, nil},
-		{"ProxyRoutes", &routes, nil}, {"ProxyBackends", &backends, nil}, {"ProxyPolicies", &policies, nil},
+		{"ProxyRoutes", &routes, []client.ListOption{client.UnsafeDisableDeepCopy}}, {"ProxyBackends", &backends, nil}, {"ProxyPolicies", &policies, nil},
 		{"Secrets", &secrets, nil}, {"Services", &svcs, nil}, {"EndpointSlices", &slices, nil},
 		{"Nodes", &nodes, nil}, {"Namespaces", &nss, nil}, {"Ingresses", &ings, nil},
 		{"Leases", &leases, []client.ListOption{client.InNamespace(namespace)}},
@@ -81,6 +80,9 @@ func gather(ctx context.Context, r client.Reader, namespace string, gatewayAPI, 
 			return nil, fmt.Errorf("list %s: %w", l.name, err)
 		}
 	}
+	// Routes come without the cache's deep copy: specs makes them ours,
+	// copying only what changed since the last list.
+	specs.own(routes.Items)
 	in.VIPs, in.Pools, in.Gateways, in.Routes = vips.Items, pools.Items, gws.Items, routes.Items
 	in.Backends, in.Policies = backends.Items, policies.Items
 	in.Secrets, in.Services, in.EndpointSlices = secrets.Items, svcs.Items, slices.Items

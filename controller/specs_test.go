@@ -9,48 +9,66 @@ import (
 	"github.com/novaedge/novaedge/api/v1alpha1"
 )
 
-// TestSpecCache: a route listed again at the generation it had gets the
-// rules first listed for it (the same array, which snapshot.Memo needs);
-// a new generation, a route without UID or generation, and a route listed
-// again after it was gone from a list get their own.
+// TestSpecCache: routes listed without a deep copy (shallow copies of the
+// cache's objects, as here) get a spec that stays the same object while
+// the cache holds the same object, and a new one when it holds a new one,
+// even at the same generation (a relist after a CRD's defaults changed);
+// their metadata and status are copies, so writing them leaves the cache's
+// objects alone.
 func TestSpecCache(t *testing.T) {
-	route := func(uid string, gen int64, host string) v1alpha1.ProxyRoute {
-		r := v1alpha1.ProxyRoute{ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid), Generation: gen}}
+	cached := func(uid string, gen int64, host string) *v1alpha1.ProxyRoute {
+		r := &v1alpha1.ProxyRoute{ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid), Generation: gen, Labels: map[string]string{"app": "web"}}}
 		r.Spec.Hostnames = []string{host}
 		r.Spec.Rules = []v1alpha1.RouteRule{{Name: host}}
+		r.Status.Conditions = []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue}}
 		return r
 	}
+	list := func(objs ...*v1alpha1.ProxyRoute) []v1alpha1.ProxyRoute {
+		out := make([]v1alpha1.ProxyRoute, len(objs))
+		for i, o := range objs {
+			out[i] = *o
+		}
+		return out
+	}
+	a, b, noUID := cached("a", 1, "a1"), cached("b", 1, "b1"), cached("", 0, "x")
 	var c specCache
-	first := []v1alpha1.ProxyRoute{route("a", 1, "a1"), route("b", 1, "b1"), route("", 0, "x")}
-	c.stabilize(first)
+	first := list(a, b, noUID)
+	c.own(first)
 
-	second := []v1alpha1.ProxyRoute{route("a", 1, "a1"), route("b", 2, "b2"), route("", 0, "x")}
-	c.stabilize(second)
+	b2 := cached("b", 1, "b1-defaulted") // the same generation, received again
+	second := list(a, b2, noUID)
+	c.own(second)
 	for _, tc := range []struct {
-		name string
-		got  *v1alpha1.RouteRule
-		want *v1alpha1.RouteRule
-		same bool
+		name      string
+		got, want *v1alpha1.RouteRule
+		same      bool
 	}{
-		{"same generation", &second[0].Spec.Rules[0], &first[0].Spec.Rules[0], true},
-		{"new generation", &second[1].Spec.Rules[0], &first[1].Spec.Rules[0], false},
+		{"the same cached object", &second[0].Spec.Rules[0], &first[0].Spec.Rules[0], true},
+		{"a new cached object, same generation", &second[1].Spec.Rules[0], &first[1].Spec.Rules[0], false},
 		{"no UID", &second[2].Spec.Rules[0], &first[2].Spec.Rules[0], false},
+		{"the spec is not the cache's", &second[0].Spec.Rules[0], &a.Spec.Rules[0], false},
 	} {
 		if (tc.got == tc.want) != tc.same {
-			t.Errorf("%s: the rules are the first list's: %v, want %v", tc.name, tc.got == tc.want, tc.same)
+			t.Errorf("%s: the same rules: %v, want %v", tc.name, tc.got == tc.want, tc.same)
 		}
 	}
-	if second[1].Spec.Hostnames[0] != "b2" {
-		t.Errorf("the new generation's spec was replaced: hostnames %v", second[1].Spec.Hostnames)
+	if second[1].Spec.Hostnames[0] != "b1-defaulted" {
+		t.Errorf("the object received again kept the spec before: hostnames %v", second[1].Spec.Hostnames)
 	}
 
-	c.stabilize([]v1alpha1.ProxyRoute{route("b", 2, "b2")}) // a is gone
-	third := []v1alpha1.ProxyRoute{route("a", 1, "a1"), route("b", 2, "b2")}
-	c.stabilize(third)
-	if &third[0].Spec.Rules[0] == &first[0].Spec.Rules[0] {
+	second[0].Status.Conditions[0].Status = metav1.ConditionFalse
+	second[0].Labels["app"] = "changed"
+	if a.Status.Conditions[0].Status != metav1.ConditionTrue || a.Labels["app"] != "web" {
+		t.Error("writing a listed route's status or labels wrote the cache's object")
+	}
+
+	c.own(list(b2)) // a is gone
+	third := list(a, b2)
+	c.own(third)
+	if &third[0].Spec.Rules[0] == &second[0].Spec.Rules[0] {
 		t.Error("a route gone from a list and back was given the spec kept before")
 	}
 	if &third[1].Spec.Rules[0] != &second[1].Spec.Rules[0] {
-		t.Error("route b at generation 2 was not given the spec kept for it")
+		t.Error("route b, the same cached object, was not given the spec kept for it")
 	}
 }
