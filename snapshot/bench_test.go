@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/novaedge/novaedge/internal/benchconfig"
@@ -47,23 +49,40 @@ func BenchmarkBuild(b *testing.B) {
 // BenchmarkBuildMemo builds 3000 routes and then 3000 plus one new route,
 // in turn, with a Memo: what a standalone agent builds after an edit that
 // adds a route, every other route object unchanged (the loader's reuse).
+// "cache" lists the routes in a new random order each time, as a
+// controller's informer cache does, "files" in the files' order.
 func BenchmarkBuildMemo(b *testing.B) {
 	in := parseInput(b, "scale", []byte(scaleYAML(3001, 1)))
 	fewer := *in
 	fewer.Routes = in.Routes[:3000:3000]
-	m := &Memo{}
-	Build(in, Options{Node: Node{Name: "edge-1"}, Memo: m})
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		next := in
-		if i%2 == 1 {
-			next = &fewer
-		}
-		s, _ := Build(next, Options{Node: Node{Name: "edge-1"}, Memo: m})
-		if got := len(s.GetCluster().GetRoutes()); got != len(next.Routes) {
-			b.Fatalf("%d routes built, want %d", got, len(next.Routes))
-		}
+	for _, order := range []string{"files", "cache"} {
+		b.Run("order="+order, func(b *testing.B) {
+			inputs := []*Input{in, &fewer}
+			if order == "cache" {
+				rnd := rand.New(rand.NewPCG(1, 2))
+				inputs = nil
+				for i := range 4 {
+					next := *in
+					if i%2 == 1 {
+						next = fewer
+					}
+					next.Routes = slices.Clone(next.Routes)
+					rnd.Shuffle(len(next.Routes), func(i, j int) { next.Routes[i], next.Routes[j] = next.Routes[j], next.Routes[i] })
+					inputs = append(inputs, &next)
+				}
+			}
+			m := &Memo{}
+			Build(in, Options{Node: Node{Name: "edge-1"}, Memo: m})
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				next := inputs[i%len(inputs)]
+				s, _ := Build(next, Options{Node: Node{Name: "edge-1"}, Memo: m})
+				if got := len(s.GetCluster().GetRoutes()); got != len(next.Routes) {
+					b.Fatalf("%d routes built, want %d", got, len(next.Routes))
+				}
+			}
+		})
 	}
 }

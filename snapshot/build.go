@@ -196,12 +196,17 @@ func (b *builder) systemNamespace() string { return DefaultSystemNamespace }
 
 // sortByName sorts objects by namespace then name, so every later step
 // visits them in the same order whatever order they arrived in.
+//
+// The sort is not stable: namespace and name identify an object, so no two
+// compare equal, and a stable sort of 3000 routes in the random order a
+// controller's cache lists them took 6 ms of each build (pdqsort: under
+// 1 ms, and linear when they come sorted, as from files).
 func sortByName[T any](s []T, nsName func(*T) (string, string)) []*T {
 	out := make([]*T, len(s))
 	for i := range s {
 		out[i] = &s[i]
 	}
-	slices.SortStableFunc(out, func(a, c *T) int {
+	slices.SortFunc(out, func(a, c *T) int {
 		an, aa := nsName(a)
 		cn, cc := nsName(c)
 		return cmp.Or(cmp.Compare(an, cn), cmp.Compare(aa, cc))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/novaedge/novaedge/api/v1alpha1"
 	"github.com/novaedge/novaedge/diag"
 	pb "github.com/novaedge/novaedge/gen/novaedge/v1"
@@ -72,10 +74,8 @@ func transport(p v1alpha1.ListenerProtocol) string {
 }
 
 func (b *builder) buildGateways() {
-	gws := sortByName(b.in.Gateways, func(g *v1alpha1.ProxyGateway) (string, string) { return g.Namespace, g.Name })
-	slices.SortStableFunc(gws, func(x, y *v1alpha1.ProxyGateway) int {
-		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions)),
-			cmp.Compare(x.Namespace, y.Namespace))
+	gws := oldestFirst(b.in.Gateways, func(g *v1alpha1.ProxyGateway) (*metav1.ObjectMeta, bool) {
+		return &g.ObjectMeta, wasAccepted(g.Status.Conditions)
 	})
 	// binds records who holds each address:port/transport ("*" for every
 	// address), so two listeners never fight over one socket.

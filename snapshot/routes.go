@@ -17,11 +17,9 @@ import (
 )
 
 func (b *builder) buildRoutes() {
-	routes := sortByName(b.in.Routes, func(r *v1alpha1.ProxyRoute) (string, string) { return r.Namespace, r.Name })
 	// Older routes win conflicts over a TCP/UDP listener or an SNI name.
-	slices.SortStableFunc(routes, func(x, y *v1alpha1.ProxyRoute) int {
-		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions)),
-			cmp.Compare(x.Namespace, y.Namespace))
+	routes := oldestFirst(b.in.Routes, func(r *v1alpha1.ProxyRoute) (*metav1.ObjectMeta, bool) {
+		return &r.ObjectMeta, wasAccepted(r.Status.Conditions)
 	})
 	for _, rt := range routes {
 		b.buildRoute(rt)

@@ -217,11 +217,9 @@ func (b *builder) fail(e *svcEntry, field, format string, args ...any) {
 // groups them by VIP. Services with problems are in entries but in no
 // group.
 func (b *builder) selectServices() (entries []*svcEntry, groups []*svcGroup) {
-	svcs := sortByName(b.in.Services, func(s *corev1.Service) (string, string) { return s.Namespace, s.Name })
-	slices.SortStableFunc(svcs, func(x, y *corev1.Service) int {
-		// A Service holds its address when its status lists one.
-		return cmp.Or(olderFirst(x.ObjectMeta, y.ObjectMeta, len(x.Status.LoadBalancer.Ingress) > 0, len(y.Status.LoadBalancer.Ingress) > 0),
-			cmp.Compare(x.Namespace, y.Namespace))
+	// A Service holds its address when its status lists one.
+	svcs := oldestFirst(b.in.Services, func(s *corev1.Service) (*metav1.ObjectMeta, bool) {
+		return &s.ObjectMeta, len(s.Status.LoadBalancer.Ingress) > 0
 	})
 	byName := map[string]*svcGroup{}
 	for _, s := range svcs {

@@ -75,15 +75,50 @@ type poolEntry struct {
 	accepted bool
 }
 
-// olderFirst orders by creation time, then name: when two resources claim
-// the same thing, the one that existed first keeps it (files carry no
-// timestamps, so there the name decides). Creation times have one-second
-// resolution: of two resources made in the same second, the one that
-// holds the contested thing already (aHeld, bHeld: accepted per its
-// status) stays the older, whatever the names, so that a newcomer never
-// takes over what is in use.
-func olderFirst(a, b metav1.ObjectMeta, aHeld, bHeld bool) int {
-	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), compareBool(bHeld, aHeld), cmp.Compare(a.Name, b.Name))
+// oldestFirst returns pointers to s's objects ordered by creation time,
+// then name, then namespace: when two resources claim the same thing, the
+// one that existed first keeps it (files carry no timestamps, so there the
+// name decides). Creation times have one-second resolution: of two
+// resources made in the same second, the one that holds the contested
+// thing already (held: accepted per its status) stays the older, whatever
+// the names, so that a newcomer never takes over what is in use.
+//
+// Namespace and name identify an object, so the order is total and the
+// sort need not be stable. Each object's key is taken once: comparing
+// ObjectMetas and scanning conditions in the comparison took half of a
+// build of 3000 routes listed in a controller cache's random order.
+func oldestFirst[T any](s []T, meta func(*T) (*metav1.ObjectMeta, bool)) []*T {
+	type key struct {
+		sec      int64
+		nsec     int32
+		held     bool
+		name, ns string
+		obj      *T
+	}
+	keys := make([]key, len(s))
+	for i := range s {
+		m, held := meta(&s[i])
+		t := m.CreationTimestamp.Time
+		keys[i] = key{sec: t.Unix(), nsec: int32(t.Nanosecond()), held: held, name: m.Name, ns: m.Namespace, obj: &s[i]}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		switch {
+		case a.sec != b.sec:
+			return cmp.Compare(a.sec, b.sec)
+		case a.nsec != b.nsec:
+			return cmp.Compare(a.nsec, b.nsec)
+		case a.held != b.held:
+			return compareBool(b.held, a.held)
+		case a.name != b.name:
+			return cmp.Compare(a.name, b.name)
+		}
+		return cmp.Compare(a.ns, b.ns)
+	})
+	out := make([]*T, len(keys))
+	for i := range keys {
+		out[i] = keys[i].obj
+	}
+	return out
 }
 
 // wasAccepted says whether a resource's status says it was accepted.
@@ -103,9 +138,8 @@ func compareBool(a, b bool) int {
 }
 
 func (b *builder) buildPools() {
-	pools := sortByName(b.in.Pools, func(p *v1alpha1.ProxyIPPool) (string, string) { return "", p.Name })
-	slices.SortStableFunc(pools, func(x, y *v1alpha1.ProxyIPPool) int {
-		return olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions))
+	pools := oldestFirst(b.in.Pools, func(p *v1alpha1.ProxyIPPool) (*metav1.ObjectMeta, bool) {
+		return &p.ObjectMeta, wasAccepted(p.Status.Conditions)
 	})
 	for _, p := range pools {
 		e := &poolEntry{obj: p, ref: ref(kPool, "", p.Name), pool: &ipam.Pool{
@@ -187,9 +221,8 @@ var vipModes = map[v1alpha1.VIPMode]pb.VIPMode{
 }
 
 func (b *builder) buildVIPs() {
-	vips := sortByName(b.in.VIPs, func(v *v1alpha1.ProxyVIP) (string, string) { return "", v.Name })
-	slices.SortStableFunc(vips, func(x, y *v1alpha1.ProxyVIP) int {
-		return olderFirst(x.ObjectMeta, y.ObjectMeta, wasAccepted(x.Status.Conditions), wasAccepted(y.Status.Conditions))
+	vips := oldestFirst(b.in.VIPs, func(v *v1alpha1.ProxyVIP) (*metav1.ObjectMeta, bool) {
+		return &v.ObjectMeta, wasAccepted(v.Status.Conditions)
 	})
 
 	// Pass 1: parse, check modes and pool references, claim static addresses.
