@@ -139,11 +139,13 @@ type Options struct {
 
 // Agent runs the pipeline.
 type Agent struct {
-	opts     Options
-	log      *slog.Logger
-	now      func() time.Time
-	started  time.Time
-	cache    *cache
+	opts    Options
+	log     *slog.Logger
+	now     func() time.Time
+	started time.Time
+	cache   *cache
+	// cacheW writes the cache while Run runs (cacheWriter).
+	cacheW   *cacheWriter
 	metrics  *metrics
 	state    atomic.Pointer[State]
 	rejected atomic.Pointer[Rejection]
@@ -242,6 +244,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.running = true
 	a.runMu.Unlock()
 	defer close(a.done)
+	if a.cache != nil {
+		a.cacheW = startCacheWriter(a.cache.store, a.log)
+		// Run returns once the last applied configuration is on disk.
+		defer a.cacheW.close()
+	}
 
 	a.start(ctx)
 
@@ -499,13 +506,11 @@ func (a *Agent) switchTo(ctx context.Context, cand Candidate, reason string, res
 		a.rejected.Store(nil)
 	}
 	a.metrics.observe(next, "applied")
-	if a.cache != nil && !restored {
-		if err := a.cache.store(&cacheEntry{
+	if a.cacheW != nil && !restored {
+		a.cacheW.put(&cacheEntry{
 			Source: a.opts.Source.Kind(), Origin: a.opts.Source.Describe(), Node: a.opts.NodeName,
 			AppliedAt: next.AppliedAt, Snapshot: snap,
-		}); err != nil {
-			a.log.Warn("could not keep the configuration on disk; a restart with a broken configuration will have nothing to fall back to", "error", err)
-		}
+		})
 	}
 	plan := snap.GetCluster().GetPlan()
 	a.log.Info("configuration applied", "reason", reason, "version", snap.GetVersion(),
