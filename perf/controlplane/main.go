@@ -37,6 +37,7 @@ func main() {
 	rounds := flag.Int("rounds", 1, "rounds of per-node builds")
 	workers := flag.Int("workers", 8, "concurrent creates in the memory measurement")
 	later := flag.Duration("later", 30*time.Second, "how long after the first loaded build memory is read again")
+	flag.StringVar(&routeProfile, "route-profile", "", "write a CPU profile of this process (controllers and agents, not the API server) over the route measurement's samples to this file, the debounce appended to its name")
 	verbose := flag.Bool("v", false, "log the in-process controller's and agents' debug messages")
 	flag.Parse()
 	log.SetFlags(0)

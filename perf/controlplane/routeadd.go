@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -87,6 +89,13 @@ func (c *propCluster) measureRouteAdd(ctx context.Context, sc scale, debounce ti
 	}
 	res.Settled = time.Since(p.started)
 	firstBuild := p.builds.count()
+	if routeProfile != "" {
+		stop, err := startCPUProfile(fmt.Sprintf("%s.%s", routeProfile, debounce))
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 	_, _, _, routes := scale{Namespace: sc.Namespace, Routes: 1, Backends: 1, Gateways: 1}.objects()
 	for k := range samples {
 		name := fmt.Sprintf("added-%04d", k/2)
@@ -199,4 +208,26 @@ func watchRoutes(ctx context.Context, c *propCluster, ns string) (*routeWatch, e
 		}
 	}()
 	return w, nil
+}
+
+// routeProfile, when set, is where measureRouteAdd writes a CPU profile of
+// this process (controllers, agents, clients; not the API server) over its
+// samples, one file per debounce with the debounce appended.
+var routeProfile string
+
+// startCPUProfile profiles this process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
