@@ -88,17 +88,27 @@ func joinMessages(ms []string) string {
 
 // setConditions applies want to a copy of have with meta.SetStatusCondition
 // (which keeps LastTransitionTime when the status does not change) and
-// reports whether anything changed.
+// reports whether anything changed. When nothing does, it returns have
+// itself: a build checks the conditions of every object, and nearly all
+// stay as they are.
 func setConditions(have []metav1.Condition, want ...metav1.Condition) ([]metav1.Condition, bool) {
-	out := slices.Clone(have)
-	changed := false
+	var out []metav1.Condition
 	for _, c := range want {
-		old := meta.FindStatusCondition(out, c.Type)
+		cur := have
+		if out != nil {
+			cur = out
+		}
+		old := meta.FindStatusCondition(cur, c.Type)
 		if old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message && old.ObservedGeneration == c.ObservedGeneration {
 			continue
 		}
+		if out == nil {
+			out = slices.Clone(have)
+		}
 		meta.SetStatusCondition(&out, c)
-		changed = true
 	}
-	return out, changed
+	if out == nil {
+		return have, false
+	}
+	return out, true
 }
