@@ -39,6 +39,8 @@ type sharedCodec struct {
 type clusterRecord struct {
 	cluster *pb.ClusterConfig
 	record  []byte // tag, length and encoding of ConfigSnapshot.cluster
+	// routes maps each route of cluster to its encoding within record.
+	routes map[*pb.Route][]byte
 }
 
 func newSharedCodec() *sharedCodec {
@@ -88,17 +90,95 @@ func (c *sharedCodec) clusterRecord(cluster *pb.ClusterConfig) ([]byte, error) {
 			return r.record, nil
 		}
 	}
-	enc, err := protov2.Marshal(cluster)
+	r, err := encodeCluster(cluster, c.recent[0].routes)
 	if err != nil {
-		return nil, fmt.Errorf("marshal cluster config: %w", err)
+		return nil, err
 	}
-	record := protowire.AppendTag(make([]byte, 0, len(enc)+16), clusterField.Number(), protowire.BytesType)
-	record = protowire.AppendVarint(record, uint64(len(enc)))
-	record = append(record, enc...)
+	// Only the newest record's routes are looked up again: the older
+	// records drop their maps, not their bytes.
+	c.recent[0].routes = nil
 	copy(c.recent[1:], c.recent[:len(c.recent)-1])
-	c.recent[0] = clusterRecord{cluster: cluster, record: record}
+	c.recent[0] = r
 	c.encoded++
-	return record, nil
+	return r.record, nil
+}
+
+// encodeCluster encodes cluster as the cluster record of a snapshot, with
+// the encoding of each route that prev holds copied from there instead of
+// encoded again. The publisher's builds give a route that did not change
+// as the same *pb.Route (snapshot.Memo), and nothing changes a route once
+// built, so with 3000 routes a change encodes one route and copies the
+// others' bytes. Fields are written in field-number order, as
+// proto.Marshal writes them, so the record is the one a whole encoding
+// gives (TestEncodeCluster).
+func encodeCluster(cluster *pb.ClusterConfig, prev map[*pb.Route][]byte) (clusterRecord, error) {
+	if len(cluster.ProtoReflect().GetUnknown()) > 0 {
+		// Unknown fields go after every known one: encode the whole.
+		enc, err := protov2.Marshal(cluster)
+		if err != nil {
+			return clusterRecord{}, fmt.Errorf("marshal cluster config: %w", err)
+		}
+		record := protowire.AppendTag(make([]byte, 0, len(enc)+16), clusterField.Number(), protowire.BytesType)
+		record = protowire.AppendVarint(record, uint64(len(enc)))
+		return clusterRecord{cluster: cluster, record: append(record, enc...)}, nil
+	}
+	restEnc, err := protov2.Marshal(withoutRoutes(cluster))
+	if err != nil {
+		return clusterRecord{}, fmt.Errorf("marshal cluster config: %w", err)
+	}
+	// Where the routes go: before the first field numbered after them.
+	split := len(restEnc)
+	for b, off := restEnc, 0; len(b) > 0; {
+		num, _, n := protowire.ConsumeField(b)
+		if n < 0 {
+			return clusterRecord{}, fmt.Errorf("marshal cluster config: %w", protowire.ParseError(n))
+		}
+		if num > routesField.Number() {
+			split = off
+			break
+		}
+		off += n
+		b = b[n:]
+	}
+	encs := make([][]byte, len(cluster.GetRoutes()))
+	size := len(restEnc)
+	for i, rt := range cluster.GetRoutes() {
+		enc, ok := prev[rt]
+		if !ok {
+			if enc, err = protov2.Marshal(rt); err != nil {
+				return clusterRecord{}, fmt.Errorf("marshal route %s: %w", rt.GetName(), err)
+			}
+		}
+		encs[i] = enc
+		size += protowire.SizeTag(routesField.Number()) + protowire.SizeBytes(len(enc))
+	}
+	record := protowire.AppendTag(make([]byte, 0, size+16), clusterField.Number(), protowire.BytesType)
+	record = protowire.AppendVarint(record, uint64(size))
+	record = append(record, restEnc[:split]...)
+	routes := make(map[*pb.Route][]byte, len(encs))
+	for i, enc := range encs {
+		record = protowire.AppendTag(record, routesField.Number(), protowire.BytesType)
+		record = protowire.AppendVarint(record, uint64(len(enc)))
+		start := len(record)
+		record = append(record, enc...)
+		routes[cluster.Routes[i]] = record[start:len(record):len(record)]
+	}
+	record = append(record, restEnc[split:]...)
+	return clusterRecord{cluster: cluster, record: record, routes: routes}, nil
+}
+
+// withoutRoutes is a shallow copy of c without its routes.
+func withoutRoutes(c *pb.ClusterConfig) *pb.ClusterConfig {
+	out := &pb.ClusterConfig{}
+	dst := out.ProtoReflect()
+	c.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd != routesField {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	dst.SetUnknown(c.ProtoReflect().GetUnknown())
+	return out
 }
 
 // withoutCluster is a shallow copy of s without its cluster part.

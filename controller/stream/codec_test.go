@@ -1,7 +1,10 @@
 package stream
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/encoding"
@@ -67,9 +70,99 @@ func TestSharedCodec(t *testing.T) {
 	}
 }
 
+// TestEncodeCluster: a cluster record made with the routes of the last
+// record copied from it is byte for byte the record of a whole encoding,
+// along random edits (routes changed, added, removed, moved; other
+// fields changed); a route found in the last record is copied, not
+// encoded again; a cluster with unknown fields is encoded whole.
+func TestEncodeCluster(t *testing.T) {
+	whole := func(c *pb.ClusterConfig) []byte {
+		enc, err := proto.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := protowire.AppendTag(nil, clusterField.Number(), protowire.BytesType)
+		rec = protowire.AppendVarint(rec, uint64(len(enc)))
+		return append(rec, enc...)
+	}
+	rnd := rand.New(rand.NewPCG(7, 11))
+	cluster := benchCluster(40)
+	cluster.Vips = []*pb.VIP{{Name: "edge", Addresses: []string{"192.0.2.10"}}}
+	cluster.Backends = []*pb.Backend{{Name: "bench/be"}}
+	cluster.Policies = []*pb.Policy{{Name: "bench/p"}}
+	cluster.Certificates = []*pb.Certificate{{Name: "bench/cert"}}
+	cluster.Plan = []*pb.PlanEntry{{Address: "192.0.2.10", Port: 8000}}
+	var prev map[*pb.Route][]byte
+	fresh := 0
+	for step := range 300 {
+		next := proto.Clone(withoutRoutes(cluster)).(*pb.ClusterConfig)
+		next.Routes = slices.Clone(cluster.Routes)
+		n := len(next.Routes)
+		switch op := rnd.IntN(7); {
+		case op == 0 && n > 0: // a route changes
+			i := rnd.IntN(n)
+			rt := proto.Clone(next.Routes[i]).(*pb.Route)
+			rt.Hostnames = []string{fmt.Sprintf("changed-%d.bench.test", step)}
+			next.Routes[i] = rt
+		case op == 1: // a route is added
+			fresh++
+			rt := proto.Clone(benchCluster(1).Routes[0]).(*pb.Route)
+			rt.Name = fmt.Sprintf("bench/new%05d", fresh)
+			next.Routes = slices.Insert(next.Routes, rnd.IntN(n+1), rt)
+		case op == 2 && n > 0: // a route goes
+			i := rnd.IntN(n)
+			next.Routes = slices.Delete(next.Routes, i, i+1)
+		case op == 3 && n > 1: // two routes swap places
+			i, j := rnd.IntN(n), rnd.IntN(n)
+			next.Routes[i], next.Routes[j] = next.Routes[j], next.Routes[i]
+		case op == 4: // another field changes
+			next.Plan = append(next.Plan, &pb.PlanEntry{Address: "192.0.2.11", Port: uint32(step)})
+		case op == 5 && rnd.IntN(10) == 0: // no routes at all
+			next.Routes = nil
+		}
+		r, err := encodeCluster(next, prev)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if !bytes.Equal(r.record, whole(next)) {
+			t.Fatalf("step %d: the record differs from the whole encoding", step)
+		}
+		if len(r.routes) != len(next.Routes) {
+			t.Fatalf("step %d: %d routes mapped, want %d", step, len(r.routes), len(next.Routes))
+		}
+		prev, cluster = r.routes, next
+	}
+
+	// A route of the last record is copied: a stand-in encoding shows.
+	c := benchCluster(3)
+	stand := []byte{0x0a, 0x04, 'c', 'o', 'p', 'y'} // name "copy"
+	r, err := encodeCluster(c, map[*pb.Route][]byte{c.Routes[1]: stand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, ok := onlyField(r.record, clusterField.Number())
+	var got pb.ClusterConfig
+	if !ok || proto.Unmarshal(value, &got) != nil || len(got.Routes) != 3 {
+		t.Fatalf("the record with a copied route does not decode to 3 routes (%v, %d routes)", ok, len(got.Routes))
+	}
+	if names := []string{got.Routes[0].GetName(), got.Routes[1].GetName(), got.Routes[2].GetName()}; names[1] != "copy" || names[0] != c.Routes[0].Name {
+		t.Fatalf("routes decoded as %v; want the second copied from the last record", names)
+	}
+
+	// Unknown fields: the whole encoding, nothing mapped.
+	u := benchCluster(2)
+	u.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	r, err = encodeCluster(u, map[*pb.Route][]byte{u.Routes[0]: stand})
+	if err != nil || !bytes.Equal(r.record, whole(u)) || r.routes != nil {
+		t.Fatalf("with unknown fields: err %v, equal %v, %d routes mapped; want the whole encoding", err, bytes.Equal(r.record, whole(u)), len(r.routes))
+	}
+}
+
 // BenchmarkSharedCodec encodes one snapshot of 3000 routes for each of 10
 // nodes sharing its cluster part, as the publisher sends a change: with
-// gRPC's proto codec ("stock") and with sharedCodec.
+// gRPC's proto codec ("stock"), with a new sharedCodec ("shared": the
+// first change) and with the codec of the last change when one route
+// changed ("shared-one-changed").
 func BenchmarkSharedCodec(b *testing.B) {
 	cluster := benchCluster(3000)
 	msgs := make([]*pb.ControllerMessage, 10)
@@ -98,6 +191,34 @@ func BenchmarkSharedCodec(b *testing.B) {
 			}
 		})
 	}
+	// The same with the codec of the last change at hand: a new cluster
+	// part in which one route changed, the others the same *pb.Route.
+	b.Run("shared-one-changed", func(b *testing.B) {
+		codec := newSharedCodec()
+		for _, m := range msgs {
+			if _, err := codec.Marshal(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		i := 0
+		for b.Loop() {
+			i++
+			next := proto.Clone(withoutRoutes(cluster)).(*pb.ClusterConfig)
+			next.Routes = slices.Clone(cluster.Routes)
+			rt := proto.Clone(next.Routes[i%len(next.Routes)]).(*pb.Route)
+			rt.Hostnames = []string{fmt.Sprintf("changed-%d.bench.test", i)}
+			next.Routes[i%len(next.Routes)] = rt
+			for _, m := range msgs {
+				snap := proto.Clone(withoutCluster(m.GetSnapshot())).(*pb.ConfigSnapshot)
+				snap.Cluster = next
+				data, err := codec.Marshal(&pb.ControllerMessage{Message: &pb.ControllerMessage_Snapshot{Snapshot: snap}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				data.Free()
+			}
+		}
+	})
 }
 
 // TestReuseCodec: the agent's codec decodes what the server's codec and
