@@ -161,6 +161,16 @@ func (c Chunk) Line() int { return c.line }
 // Data is the chunk's bytes; the caller must not change them.
 func (c Chunk) Data() []byte { return c.data }
 
+// Own returns c with a copy of its bytes. The documents parsed from a
+// chunk keep its bytes (for positions), and a chunk's bytes are part of
+// its file's: a cache of documents from many versions of a file, which
+// Own lets hold only the chunks it keeps, would otherwise hold every
+// version whole.
+func (c Chunk) Own() Chunk {
+	c.data = bytes.Clone(c.data)
+	return c
+}
+
 // Parse parses the chunk's documents and hands each to fn, returning their
 // problems (see Parse).
 func (c Chunk) Parse(fn func(Document)) diag.List {
