@@ -99,7 +99,7 @@ func Load(paths ...string) (*Result, diag.List) {
 			cr = revive(docs, c)
 		}
 		if cr == nil || (cr.line != c.Line() && !cr.clean) {
-			cr = loadChunk(v, c)
+			cr = loadChunk(v, c, len(cache) > 0 || len(rest) > 0)
 		}
 		next[key] = cr
 		for i := range cr.docs {
