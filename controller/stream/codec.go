@@ -168,31 +168,23 @@ func encodeCluster(cluster *pb.ClusterConfig, prev map[*pb.Route][]byte) (cluste
 }
 
 // withoutRoutes is a shallow copy of c without its routes.
-func withoutRoutes(c *pb.ClusterConfig) *pb.ClusterConfig {
-	out := &pb.ClusterConfig{}
-	dst := out.ProtoReflect()
-	c.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd != routesField {
-			dst.Set(fd, v)
-		}
-		return true
-	})
-	dst.SetUnknown(c.ProtoReflect().GetUnknown())
-	return out
-}
+func withoutRoutes(c *pb.ClusterConfig) *pb.ClusterConfig { return without(c, routesField) }
 
 // withoutCluster is a shallow copy of s without its cluster part.
-func withoutCluster(s *pb.ConfigSnapshot) *pb.ConfigSnapshot {
-	out := &pb.ConfigSnapshot{}
-	dst := out.ProtoReflect()
-	s.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd != clusterField {
-			dst.Set(fd, v)
+func withoutCluster(s *pb.ConfigSnapshot) *pb.ConfigSnapshot { return without(s, clusterField) }
+
+// without is a shallow copy of m without the field fd.
+func without[M protov2.Message](m M, fd protoreflect.FieldDescriptor) M {
+	src := m.ProtoReflect()
+	dst := src.New()
+	src.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if f != fd {
+			dst.Set(f, v)
 		}
 		return true
 	})
-	dst.SetUnknown(s.ProtoReflect().GetUnknown())
-	return out
+	dst.SetUnknown(src.GetUnknown())
+	return dst.Interface().(M)
 }
 
 // reuseCodec is the agent's gRPC codec: gRPC's own proto codec, except
