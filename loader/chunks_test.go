@@ -86,6 +86,8 @@ func testLoadReusesChunks(t *testing.T, atRest bool) {
 		{"reordered", map[string]string{"a.yaml": join(reversed)}, 2},
 		{"split in two files", map[string]string{"a.yaml": join(docs[:half]), "b.yaml": join(docs[half:])}, -1},
 		{"some removed", map[string]string{"a.yaml": join(docs[2:half]), "b.yaml": join(docs[half+3:])}, 0},
+		// The same bytes twice in a file: each its own documents.
+		{"one twice", map[string]string{"a.yaml": join(append(slices.Clone(docs[2:half]), docs[2]))}, 0},
 	}
 	dir := t.TempDir()
 	dropChunks()

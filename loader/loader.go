@@ -91,11 +91,12 @@ func Load(paths ...string) (*Result, diag.List) {
 	res.docs = make(map[diag.Ref]manifest.Document, len(cache))
 	seen := make(map[identity]manifest.Document, len(cache))
 	next := make(chunkCache, len(cache))
+	revived := reviveAll(rest)
 	var more diag.List
 	diags := manifest.WalkChunks(paths, func(c manifest.Chunk) diag.List {
 		key := chunkKey(c)
 		cr := cache[key]
-		if docs, ok := rest[key]; ok && cr == nil {
+		if docs, ok := revived[key]; ok && cr == nil {
 			cr = revive(docs, c)
 		}
 		if cr == nil || (cr.line != c.Line() && !cr.clean) {
