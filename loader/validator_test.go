@@ -6,7 +6,8 @@ import (
 )
 
 // TestValidatorHeldThenReleased: uses within the hold share one Validator;
-// after a quiet spell it is dropped and the next use compiles a new one.
+// after a quiet spell it is replaced by a fresh one, which the next use
+// gets.
 func TestValidatorHeldThenReleased(t *testing.T) {
 	old := validatorHold
 	validatorHold = 200 * time.Millisecond
@@ -28,7 +29,7 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		held.mu.Lock()
-		gone := held.v == nil
+		gone := held.v != a && held.v != nil && held.rested
 		held.mu.Unlock()
 		if gone {
 			break
@@ -38,12 +39,15 @@ func TestValidatorHeldThenReleased(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	held.mu.Lock()
+	fresh := held.v
+	held.mu.Unlock()
 	c, _, _, err := validator()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c == a {
-		t.Fatal("a use after the release got the released Validator")
+	if c == a || c != fresh {
+		t.Fatal("a use after the release did not get the fresh Validator the release left")
 	}
 }
 
@@ -71,7 +75,15 @@ func TestValidatorReleaseSkipsLaterUse(t *testing.T) {
 	held.mu.Lock()
 	v = held.v
 	held.mu.Unlock()
-	if v != nil {
-		t.Fatal("the release of the last use kept the Validator")
+	if v == a || v == nil {
+		t.Fatal("the release of the last use kept the Validator, or left none")
+	}
+	// A second release without a use in between changes nothing.
+	releaseValidator(use + 1)
+	held.mu.Lock()
+	again := held.v
+	held.mu.Unlock()
+	if again != v {
+		t.Fatal("a second release replaced the fresh Validator again")
 	}
 }

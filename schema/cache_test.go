@@ -146,3 +146,47 @@ func TestCELCompiledOnUse(t *testing.T) {
 		}
 	}
 }
+
+// TestFresh: a fresh Validator has none of what the first compiled or
+// remembered, shares its schemas, and checks objects as it does (its CEL
+// rules compiled again on use).
+func TestFresh(t *testing.T) {
+	v, err := NewFromFS(crds.FS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := func() map[string]any {
+		return map[string]any{
+			"apiVersion": "novaedge.io/v1alpha1", "kind": "ProxyVIP", "metadata": map[string]any{"name": "v"},
+			"spec": map[string]any{"address": "10.0.0.1/32", "mode": "BGP"},
+		}
+	}
+	good := map[string]any{
+		"apiVersion": "novaedge.io/v1alpha1", "kind": "ProxyBackend", "metadata": map[string]any{"name": "b", "namespace": "ns"},
+		"spec": map[string]any{"endpoints": []any{map[string]any{"address": "10.0.0.1", "port": int64(80)}}},
+	}
+	_, wantBad := v.Validate(vip())
+	wantGood, diags := v.Validate(good)
+	if len(wantBad) == 0 || len(diags) > 0 || len(v.valid) != 1 {
+		t.Fatalf("the first Validator: %d diagnostics for the bad VIP, %v for the good backend, %d remembered", len(wantBad), diags, len(v.valid))
+	}
+
+	f := v.Fresh()
+	if len(f.kinds) != len(v.kinds) || len(f.valid) != 0 {
+		t.Fatalf("fresh: %d kinds (want %d), %d objects remembered", len(f.kinds), len(v.kinds), len(f.valid))
+	}
+	for key, k := range f.kinds {
+		if k.cel != nil || k.structural != v.kinds[key].structural {
+			t.Errorf("%s: fresh kind has CEL compiled (%v) or a schema of its own", key.kind, k.cel != nil)
+		}
+	}
+	if _, got := f.Validate(vip()); !cmp.Equal(got, wantBad) {
+		t.Errorf("fresh Validator on the bad VIP: %v, want %v", got, wantBad)
+	}
+	if got, diags := f.Validate(good); len(diags) > 0 || !cmp.Equal(got, wantGood) {
+		t.Errorf("fresh Validator on the good backend: %v, %v", got, diags)
+	}
+	if v.kinds[gvk{"novaedge.io/v1alpha1", "ProxyVIP"}].cel == nil || f.kinds[gvk{"novaedge.io/v1alpha1", "ProxyVIP"}].cel == nil {
+		t.Error("the ProxyVIP rules should be compiled in both now")
+	}
+}
