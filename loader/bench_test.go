@@ -47,9 +47,10 @@ func BenchmarkReload(b *testing.B) {
 }
 
 // BenchmarkReloadCold loads a file of 3000 routes after the last load's
-// Validator and chunks were dropped (validatorHold), as for the first edit
-// after a quiet spell: "at-rest" with what they leave at rest (restCache),
-// "nothing" without it (a first load).
+// Validator was replaced by a fresh one and its chunks put to rest
+// (validatorHold), as for the first edit after a quiet spell: "at-rest"
+// with what they leave at rest (restCache), "nothing" without it (every
+// document parsed and validated again, as by a first load).
 func BenchmarkReloadCold(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "routes.yaml")
 	if err := os.WriteFile(path, []byte(routesYAML(3000)), 0o644); err != nil {
